@@ -1,0 +1,95 @@
+"""What the core answers: decisions and settlement plans, plain data for drivers to act on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from atomix.effects import AbortSource, Effect
+
+
+@dataclass(frozen=True, slots=True)
+class Blocker:
+    """An earlier unsettled transaction that a waiter must outlast, and where they meet."""
+
+    txid: int
+    epoch: int
+    scope: str
+
+
+@dataclass(frozen=True, slots=True)
+class Proceed:
+    """The access may go ahead now."""
+
+
+PROCEED = Proceed()
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Not yet: these earlier transactions must settle first. Only ever earlier epochs."""
+
+    txid: int
+    blockers: tuple[Blocker, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitPlan:
+    """The transaction committed; the driver applies, releases and accepts its effects.
+
+    `apply` holds bufferable effects and `release` gated irreversible ones, each in staging
+    order; `accept` lists reversible effects that are now final.
+    """
+
+    txid: int
+    epoch: int
+    apply: tuple[Effect, ...] = ()
+    release: tuple[Effect, ...] = ()
+    accept: tuple[Effect, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AbortPlan:
+    """The transaction aborted; the driver compensates (in the given, reverse order) and drops."""
+
+    txid: int
+    epoch: int
+    source: AbortSource
+    detail: str = ""
+    compensate: tuple[Effect, ...] = ()
+    drop: tuple[Effect, ...] = ()
+
+
+Decision = Proceed | Wait | CommitPlan | AbortPlan
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """The record of one finished transaction: what became of each of its effects."""
+
+    txid: int
+    epoch: int
+    trace: str
+    group: str | None
+    outcome: str  # "committed" | "aborted"
+    abort_source: str | None
+    detail: str
+    applied: tuple[str, ...] = ()
+    released: tuple[str, ...] = ()
+    accepted: tuple[str, ...] = ()
+    compensated: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    residue: tuple[str, ...] = ()
+    failed_applies: tuple[str, ...] = ()
+    duplicates_suppressed: int = 0
+    waited: float = 0.0
+    reads: tuple[str, ...] = field(default=())
+    writes: tuple[str, ...] = field(default=())
+
+    @property
+    def committed(self) -> bool:
+        return self.outcome == "committed"
+
+    @property
+    def clean(self) -> bool:
+        """Settled without residue or a commit-time apply that never landed."""
+        return not self.residue and not self.failed_applies

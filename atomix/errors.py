@@ -1,0 +1,49 @@
+"""Exceptions raised by the Atomix runtime."""
+
+from __future__ import annotations
+
+
+class AtomixError(Exception):
+    """Base class of every error the runtime raises on purpose."""
+
+
+class ToolDefinitionError(AtomixError, ValueError):
+    """Tool metadata is wrong; raised when the tool is defined, naming tool and field."""
+
+    def __init__(self, tool: str, field: str, message: str) -> None:
+        self.tool = tool
+        self.field = field
+        super().__init__(f"tool {tool!r}: field {field!r}: {message}")
+
+
+class ScopeError(AtomixError, ValueError):
+    """A scope cannot be canonicalised."""
+
+
+class IllegalTransition(AtomixError):
+    """A lifecycle event that the transaction's current state does not allow.
+
+    The transaction is left exactly as it was.
+    """
+
+    def __init__(self, txid: int, state: str, event: str) -> None:
+        self.txid = txid
+        self.state = state
+        self.event = event
+        super().__init__(f"transaction {txid}: event {event!r} is not allowed in state {state!r}")
+
+
+class UnknownTransaction(AtomixError, KeyError):
+    """The manager has no transaction with this id."""
+
+
+class TransactionAborted(AtomixError):
+    """The transaction was aborted; `source` says why, `settlement` what happened to its effects."""
+
+    def __init__(self, txid: int, source: str, detail: str = "", settlement: object | None = None) -> None:
+        self.txid = txid
+        self.source = source
+        self.detail = detail
+        self.settlement = settlement
+        msg = f"transaction {txid} aborted: {source}"
+        super().__init__(f"{msg} ({detail})" if detail else msg)

@@ -1,0 +1,419 @@
+"""The transaction manager: the protocol's one home, as a pure state machine.
+
+No I/O and no clock: drivers feed it events (begin, read, externalise, stage, seal,
+try-commit, abort, finish) and act on the decisions it returns. Every rule about
+frontiers, staleness and settlement lives here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from atomix.decisions import (
+    PROCEED,
+    AbortPlan,
+    Blocker,
+    CommitPlan,
+    Proceed,
+    Settlement,
+    Wait,
+)
+from atomix.effects import AbortSource, Effect, EffectClass
+from atomix.epochs import EpochAllocator
+from atomix.errors import IllegalTransition, UnknownTransaction
+from atomix.frontier import ScopeIndex
+from atomix.scopes import CANONICAL, Scope, ScopePolicy
+from atomix.transaction import TERMINAL, Transaction, TxEvent, TxState, next_state
+
+GLOBAL_SCOPE = Scope("global", ("*",))
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeOptions:
+    """Switches of the protocol. The defaults are Atomix (`tx-full`); each other value is an
+    ablation the evaluation measures, never a mode of its own re-implementing the rules."""
+
+    scopes: ScopePolicy = field(default=CANONICAL)
+    frontier: Literal["per-resource", "global"] = "per-resource"
+    wait_for_frontiers: bool = True
+    scope_on_read: bool = True
+    abort_on_stale: bool = True
+    classify_residue: bool = True
+
+
+class TransactionManager:
+    """Decides when transactions may touch scopes, commit, or must abort.
+
+    Guarantees (given correct shim metadata): a transaction commits only when no unsettled
+    transaction of an earlier epoch and another speculation group is registered on a scope
+    overlapping its footprint; waits are only ever on earlier epochs (no deadlock); frontiers
+    never regress; a stale read or a late access aborts; committed history is
+    conflict-serialisable in epoch order.
+    """
+
+    def __init__(self, options: RuntimeOptions | None = None) -> None:
+        self.options = options or RuntimeOptions()
+        self._epochs = EpochAllocator()
+        self._order = ScopeIndex()  # who is registered where: decides waiting
+        self._real = ScopeIndex()  # real scopes: commit stamps and externalised effects
+        self._txs: dict[int, Transaction] = {}
+        self._groups: dict[str, list[int]] = {}
+        self._waiters: dict[int, set[int]] = {}
+        self._next_txid = 1
+        self._seq = 0
+        self._global = self.options.frontier == "global"
+
+    # -- lookup ----------------------------------------------------------------------------
+    def get(self, txid: int) -> Transaction:
+        try:
+            return self._txs[txid]
+        except KeyError:
+            raise UnknownTransaction(txid) from None
+
+    def scope(self, spec: str | Scope) -> Scope:
+        """Canonicalise a scope with this runtime's scope policy."""
+        return self.options.scopes.resolve(spec)
+
+    def frontier(self, spec: str | Scope) -> int:
+        """The certified frontier of a scope (monotone)."""
+        return self._real.frontier(self.scope(spec))
+
+    def active(self) -> list[Transaction]:
+        return [tx for tx in self._txs.values() if not tx.finished]
+
+    def _tick(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _order_scope(self, scope: Scope) -> Scope:
+        return GLOBAL_SCOPE if self._global else scope
+
+    # -- begin -------------------------------------------------------------------------------
+    def begin(
+        self, *, group: str | None = None, trace: str | None = None, branch: int = 0
+    ) -> Transaction:
+        txid = self._next_txid
+        self._next_txid += 1
+        tx = Transaction(
+            txid=txid,
+            epoch=self._epochs.allocate(),
+            trace=trace if trace is not None else f"t{txid}",
+            group=group,
+            branch=branch,
+        )
+        self._txs[txid] = tx
+        if group is not None:
+            self._groups.setdefault(group, []).append(txid)
+        if self._global:
+            # One global frontier behaves like one ordered lock: register at begin, so that
+            # every later transaction waits for this one whatever it touches.
+            self._register(tx, GLOBAL_SCOPE)
+        return tx
+
+    def _register(self, tx: Transaction, order_scope: Scope) -> None:
+        if order_scope not in tx.registered:
+            tx.registered.add(order_scope)
+            self._order.register(order_scope, tx)
+
+    # -- accesses while open -------------------------------------------------------------------
+    def _check_open(self, tx: Transaction, what: str) -> AbortPlan | None:
+        if tx.state is TxState.OPEN:
+            return None
+        if tx.state in TERMINAL:
+            raise IllegalTransition(tx.txid, tx.state.value, what)
+        return self.abort(tx.txid, AbortSource.SEAL_VIOLATION, f"{what} after seal")
+
+    def _eager_conflict(
+        self, tx: Transaction, scope: Scope
+    ) -> tuple[list[Blocker], AbortPlan | None]:
+        """Another transaction's externalised, unsettled reversible effect on this scope.
+
+        An earlier one is waited for (its compensation could still rewrite what we would see);
+        a later one or a sibling branch makes this access stale.
+        """
+        blockers: list[Blocker] = []
+        for other in self._real.overlapping_eager(scope):
+            if other is tx or other.finished:
+                continue
+            if (tx.group is not None and other.group == tx.group) or other.epoch > tx.epoch:
+                return blockers, self.abort(
+                    tx.txid,
+                    AbortSource.STALE_READ,
+                    f"{scope} holds an unsettled effect of epoch {other.epoch}",
+                )
+            blockers.append(Blocker(other.txid, other.epoch, str(scope)))
+        return blockers, None
+
+    def _late(self, tx: Transaction, scope: Scope, *, write: bool) -> AbortPlan | None:
+        if not self.options.abort_on_stale:
+            return None
+        committed = self._real.frontier(scope) if write else self._real.last_write_epoch(scope)
+        if committed > tx.epoch:
+            return self.abort(
+                tx.txid,
+                AbortSource.STALE_READ,
+                f"late access to {scope}: epoch {committed} already committed there",
+            )
+        return None
+
+    def _wait(self, tx: Transaction, blockers: Sequence[Blocker]) -> Wait:
+        for b in blockers:
+            self._waiters.setdefault(b.txid, set()).add(tx.txid)
+        return Wait(tx.txid, tuple(sorted(set(blockers), key=lambda b: (b.epoch, b.txid))))
+
+    def read(self, txid: int, scopes: Iterable[str | Scope]) -> Proceed | Wait | AbortPlan:
+        """Scope-on-read: register what the transaction is about to observe."""
+        tx = self.get(txid)
+        if (plan := self._check_open(tx, "read")) is not None:
+            return plan
+        if not self.options.scope_on_read:
+            return PROCEED
+        resolved = [self.scope(s) for s in scopes]
+        blockers: list[Blocker] = []
+        for scope in resolved:
+            found, plan = self._eager_conflict(tx, scope)
+            if plan is not None:
+                return plan
+            blockers.extend(found)
+            if (plan := self._late(tx, scope, write=False)) is not None:
+                return plan
+        if blockers:
+            return self._wait(tx, blockers)
+        for scope in resolved:
+            if scope not in tx.reads:
+                tx.reads[scope] = self._tick()
+            self._register(tx, self._order_scope(scope))
+        return PROCEED
+
+    def externalize(self, txid: int, scopes: Iterable[str | Scope]) -> Proceed | Wait | AbortPlan:
+        """May a reversible effect on these scopes run now? Proceed reserves them.
+
+        It runs only once no earlier unsettled transaction is registered there, so eager
+        effects reach a resource in epoch order and no one earlier can observe them.
+        """
+        tx = self.get(txid)
+        if (plan := self._check_open(tx, "externalize")) is not None:
+            return plan
+        resolved = [self.scope(s) for s in scopes]
+        blockers: list[Blocker] = []
+        for scope in resolved:
+            found, plan = self._eager_conflict(tx, scope)
+            if plan is not None:
+                return plan
+            if (plan := self._late(tx, scope, write=True)) is not None:
+                return plan
+            blockers.extend(found)
+            blockers.extend(self._earlier_holders(tx, scope))
+        if blockers:
+            return self._wait(tx, blockers)
+        seq = self._tick()
+        for scope in resolved:
+            tx.eager_scopes.setdefault(scope, seq)
+            tx.effect_scopes.add(scope)
+            self._real.register(scope, tx, eager=True)
+            self._register(tx, self._order_scope(scope))
+        return PROCEED
+
+    def stage(self, txid: int, effect: Effect) -> Proceed | AbortPlan:
+        """Record an effect. Bufferable and irreversible ones stay with the runtime until
+        commit; a reversible one must have been externalised on its scopes first."""
+        tx = self.get(txid)
+        if (plan := self._check_open(tx, "stage")) is not None:
+            return plan
+        if effect.key in tx.keys:
+            tx.duplicates_suppressed += 1  # a duplicated delivery of a staged call
+            return PROCEED
+        if effect.effect_class is EffectClass.REVERSIBLE:
+            missing = [s for s in effect.scopes if self.scope(s) not in tx.eager_scopes]
+            if missing:
+                raise ValueError(
+                    f"effect of {effect.tool!r}: reversible effect staged without externalize() "
+                    f"on {', '.join(map(str, missing))}"
+                )
+        else:
+            for scope in effect.scopes:
+                for other in self._real.overlapping_eager(scope):
+                    if other is not tx and not other.finished and other.epoch > tx.epoch:
+                        return self.abort(
+                            tx.txid,
+                            AbortSource.STALE_READ,
+                            f"{scope} holds an unsettled effect of later epoch {other.epoch}",
+                        )
+                if (plan := self._late(tx, scope, write=True)) is not None:
+                    return plan
+            for scope in effect.scopes:
+                tx.effect_scopes.add(scope)
+                self._register(tx, self._order_scope(scope))
+        effect.seq = self._tick()
+        tx.keys.add(effect.key)
+        tx.effects.append(effect)
+        return PROCEED
+
+    # -- seal, commit, abort ---------------------------------------------------------------------
+    def seal(self, txid: int) -> None:
+        tx = self.get(txid)
+        tx.state = next_state(txid, tx.state, TxEvent.SEAL)
+
+    def _earlier_holders(self, tx: Transaction, scope: Scope) -> list[Blocker]:
+        found: list[Blocker] = []
+        for other in self._order.overlapping_holders(self._order_scope(scope)):
+            if (
+                other.epoch < tx.epoch
+                and not other.finished
+                and (tx.group is None or other.group != tx.group)
+            ):
+                found.append(Blocker(other.txid, other.epoch, str(scope)))
+        return found
+
+    def blockers(self, txid: int) -> list[Blocker]:
+        """Earlier unsettled transactions on this one's footprint: what its commit waits for."""
+        tx = self.get(txid)
+        scopes = tx.footprint() or ({GLOBAL_SCOPE} if self._global else set())
+        found: list[Blocker] = []
+        for scope in scopes:
+            found.extend(self._earlier_holders(tx, scope))
+        return found
+
+    def try_commit(self, txid: int) -> CommitPlan | Wait | AbortPlan:
+        """Commit if the frontiers allow and every read is still current."""
+        tx = self.get(txid)
+        if tx.state not in (TxState.SEALED, TxState.WAITING):
+            raise IllegalTransition(txid, tx.state.value, TxEvent.COMMIT.value)
+        if self.options.wait_for_frontiers:
+            found = self.blockers(txid)
+            if found:
+                tx.state = next_state(txid, tx.state, TxEvent.WAIT)
+                return self._wait(tx, found)
+        if self.options.abort_on_stale:
+            for scope, seen in tx.reads.items():
+                if self._real.last_write_seq(scope) > seen:
+                    return self.abort(
+                        txid, AbortSource.STALE_READ, f"{scope} was written after it was read"
+                    )
+        tx.state = next_state(txid, tx.state, TxEvent.COMMIT)
+        commit_seq = self._tick()
+        for scope in tx.reads:
+            self._real.stamp(scope, tx.epoch, write=False)
+        for scope in tx.effect_scopes:
+            visible = tx.eager_scopes.get(scope, commit_seq)
+            self._real.stamp(scope, tx.epoch, write=True, visible_seq=visible)
+        by_class: dict[EffectClass, list[Effect]] = {c: [] for c in EffectClass}
+        for effect in tx.effects:
+            by_class[effect.effect_class].append(effect)
+        return CommitPlan(
+            txid,
+            tx.epoch,
+            apply=tuple(by_class[EffectClass.BUFFERABLE]),
+            release=tuple(by_class[EffectClass.IRREVERSIBLE]),
+            accept=tuple(by_class[EffectClass.REVERSIBLE]),
+        )
+
+    def abort(self, txid: int, source: AbortSource | str, detail: str = "") -> AbortPlan:
+        """Abort: drop what never left, compensate externalised effects in reverse order."""
+        tx = self.get(txid)
+        tx.state = next_state(txid, tx.state, TxEvent.ABORT)
+        tx.abort_source = AbortSource(source)
+        tx.abort_detail = detail
+        compensate = tuple(
+            e for e in reversed(tx.effects) if e.effect_class is EffectClass.REVERSIBLE
+        )
+        drop = tuple(e for e in tx.effects if e.effect_class is not EffectClass.REVERSIBLE)
+        return AbortPlan(txid, tx.epoch, tx.abort_source, detail, compensate, drop)
+
+    def resolve(
+        self, group: str, winner: int
+    ) -> tuple[list[AbortPlan], CommitPlan | Wait | AbortPlan]:
+        """Speculation: abort every other branch of `group`, then try to commit the winner."""
+        members = self._groups.get(group, [])
+        if winner not in members:
+            raise UnknownTransaction(f"transaction {winner} is not a branch of group {group!r}")
+        losers = []
+        for txid in members:
+            tx = self._txs[txid]
+            if txid != winner and tx.state not in TERMINAL:
+                losers.append(self.abort(txid, AbortSource.LOSING_SPECULATION, f"lost {group}"))
+        win = self._txs[winner]
+        if win.state is TxState.ABORTED:
+            return losers, AbortPlan(
+                winner, win.epoch, win.abort_source or AbortSource.TOOL_FAILURE, win.abort_detail
+            )
+        if win.state is TxState.OPEN:
+            self.seal(winner)
+        return losers, self.try_commit(winner)
+
+    def finish(
+        self,
+        txid: int,
+        *,
+        residue: Sequence[Effect] = (),
+        failed_applies: Sequence[Effect] = (),
+        waited: float = 0.0,
+    ) -> tuple[Settlement, list[int]]:
+        """The driver has carried out the plan: deregister, advance, say who may now proceed.
+
+        `residue` lists compensations that failed; the world under them changed for good, so
+        readers of those scopes become stale.
+        """
+        tx = self.get(txid)
+        if tx.state not in TERMINAL:
+            raise IllegalTransition(txid, tx.state.value, "finish")
+        if tx.finished:
+            raise IllegalTransition(txid, "finished", "finish")
+        tx.finished = True
+        for scope in tx.registered:
+            self._order.unregister(scope, tx)
+        for scope in tx.eager_scopes:
+            self._real.unregister(scope, tx)
+        if residue:
+            seq = self._tick()
+            for effect in residue:
+                for scope in effect.scopes:
+                    self._real.stamp(self.scope(scope), 0, write=True, visible_seq=seq)
+        woken = sorted(self._waiters.pop(txid, ()))
+        if tx.group is not None:
+            members = self._groups.get(tx.group)
+            if members is not None and all(self._txs[m].finished for m in members):
+                del self._groups[tx.group]
+        committed = tx.state is TxState.COMMITTED
+        failed = {e.key for e in failed_applies}
+        keys = [e.key for e in tx.effects]
+        cls = {e.key: e.effect_class for e in tx.effects}
+        residue_keys = {e.key for e in residue}
+        settlement = Settlement(
+            txid=tx.txid,
+            epoch=tx.epoch,
+            trace=tx.trace,
+            group=tx.group,
+            outcome=tx.state.value,
+            abort_source=tx.abort_source.value if tx.abort_source else None,
+            detail=tx.abort_detail,
+            applied=tuple(
+                k for k in keys if committed and cls[k] is EffectClass.BUFFERABLE and k not in failed
+            ),
+            released=tuple(
+                k for k in keys if committed and cls[k] is EffectClass.IRREVERSIBLE and k not in failed
+            ),
+            accepted=tuple(k for k in keys if committed and cls[k] is EffectClass.REVERSIBLE),
+            compensated=tuple(
+                k
+                for k in reversed(keys)
+                if not committed and cls[k] is EffectClass.REVERSIBLE and k not in residue_keys
+            ),
+            dropped=tuple(k for k in keys if not committed and cls[k] is not EffectClass.REVERSIBLE),
+            residue=tuple(k for k in keys if k in residue_keys) if self.options.classify_residue else (),
+            failed_applies=tuple(k for k in keys if k in failed),
+            duplicates_suppressed=tx.duplicates_suppressed,
+            waited=waited,
+            reads=tuple(sorted(map(str, tx.reads))),
+            writes=tuple(sorted(map(str, tx.effect_scopes))),
+        )
+        return settlement, woken
+
+    def forget(self, txid: int) -> None:
+        """Drop a finished transaction's record (long-running drivers call this)."""
+        tx = self.get(txid)
+        if not tx.finished:
+            raise IllegalTransition(txid, tx.state.value, "forget")
+        del self._txs[txid]

@@ -1,0 +1,289 @@
+"""One transaction's protocol steps, written once for every driver.
+
+A `TxSession` method is a generator: it talks to the core under the coordinator's lock and
+yields an instruction whenever something must happen outside the core — block until woken,
+run a tool function, carry out a settlement plan. A driver (threads, asyncio, or the
+harness's virtual clock) executes the instruction and sends the result back. So the rules
+live in the core, the sequencing here, and only the waiting differs between drivers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from atomix.decisions import AbortPlan, CommitPlan, Settlement, Wait
+from atomix.effects import AbortSource, Effect, EffectClass
+from atomix.errors import TransactionAborted
+from atomix.manager import RuntimeOptions, TransactionManager
+from atomix.scopes import Scope
+from atomix.settle import Outcome
+from atomix.tools import Ack, Call, ToolSpec
+from atomix.transaction import TxState
+
+
+class Signal(Protocol):
+    """Something a waiter blocks on and a settling transaction sets."""
+
+    def set(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Wait on `signal` for at most `timeout` driver time units (None: forever); send back
+    True if it was set, False on time-out."""
+
+    signal: Signal
+    timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Run this tool function now and send back its result (or throw its exception in)."""
+
+    fn: Callable[[], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyCommit:
+    plan: CommitPlan
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyAbort:
+    plan: AbortPlan
+
+
+Instruction = Block | Run | ApplyCommit | ApplyAbort
+Steps = Generator[Instruction, Any, Any]
+
+
+class Coordinator:
+    """The shared, thread-safe home of one TransactionManager and its wake-ups.
+
+    Every driver of one runtime goes through the same coordinator, so threads and asyncio
+    tasks can share transactions' frontiers safely.
+    """
+
+    def __init__(
+        self,
+        options: RuntimeOptions | None = None,
+        *,
+        apply_attempts: int = 3,
+        keep_settlements: bool = True,
+    ) -> None:
+        self.core = TransactionManager(options)
+        self.lock = threading.RLock()
+        self.apply_attempts = apply_attempts
+        self.keep_settlements = keep_settlements
+        self.settlements: list[Settlement] = []
+        self._wakers: dict[int, Signal] = {}
+
+    def begin(
+        self, *, group: str | None = None, trace: str | None = None, branch: int = 0
+    ) -> TxSession:
+        with self.lock:
+            tx = self.core.begin(group=group, trace=trace, branch=branch)
+        return TxSession(self, tx.txid, tx.epoch, tx.trace, group, branch)
+
+    def _park(self, txid: int, signal: Signal) -> None:
+        self._wakers[txid] = signal
+
+    def _wake(self, txids: Iterable[int]) -> None:
+        for txid in txids:
+            signal = self._wakers.pop(txid, None)
+            if signal is not None:
+                signal.set()
+
+
+class TxSession:
+    """A driver-agnostic handle on one transaction (see the module docstring)."""
+
+    __slots__ = ("co", "txid", "epoch", "trace", "group", "branch", "waited", "settlement")
+
+    def __init__(
+        self, co: Coordinator, txid: int, epoch: int, trace: str, group: str | None, branch: int
+    ) -> None:
+        self.co = co
+        self.txid = txid
+        self.epoch = epoch
+        self.trace = trace
+        self.group = group
+        self.branch = branch
+        self.waited = 0.0
+        self.settlement: Settlement | None = None
+
+    @property
+    def state(self) -> TxState:
+        return self.co.core.get(self.txid).state
+
+    def key(self, tool: str, part: str) -> str:
+        """The idempotency key of one effect: trace:epoch:branch:tool:part (paper Table 4)."""
+        return f"{self.trace}:{self.epoch}:{self.branch}:{tool}:{part}"
+
+    # -- waiting --------------------------------------------------------------------------------
+    def _decide(
+        self,
+        attempt: Callable[[], Any],
+        new_signal: Callable[[], Signal],
+        clock: Callable[[], float],
+        timeout: float | None,
+    ) -> Steps:
+        """Ask the core until it stops saying Wait; time out into an abort."""
+        start = clock()
+        blocked = False
+        while True:
+            signal = new_signal()
+            with self.co.lock:
+                self._raise_if_settled()
+                decision = attempt()
+                if isinstance(decision, Wait):
+                    self.co._park(self.txid, signal)
+            if not isinstance(decision, Wait):
+                if blocked:
+                    self.waited += clock() - start
+                return decision
+            blocked = True
+            remaining = None if timeout is None else timeout - (clock() - start)
+            woken = remaining is None or remaining > 0
+            if woken:
+                woken = yield Block(signal, remaining)
+            if not woken:
+                with self.co.lock:
+                    self.co._wakers.pop(self.txid, None)
+                    self._raise_if_settled()
+                    self.waited += clock() - start
+                    blockers = ", ".join(f"tx{b.txid}@{b.epoch}" for b in decision.blockers)
+                    return self.co.core.abort(
+                        self.txid, AbortSource.TIMEOUT, f"still waiting on {blockers}"
+                    )
+
+    def _raise_if_settled(self) -> None:
+        tx = self.co.core.get(self.txid)
+        if tx.state is TxState.ABORTED:
+            raise TransactionAborted(
+                self.txid, tx.abort_source or "aborted", tx.abort_detail, self.settlement
+            )
+
+    # -- steps ----------------------------------------------------------------------------------
+    def read(self, scopes: Iterable[str | Scope], driver: DriverHooks) -> Steps:
+        scopes = list(scopes)
+        decision = yield from self._decide(
+            lambda: self.co.core.read(self.txid, scopes), driver.new_signal, driver.now, driver.timeout
+        )
+        if isinstance(decision, AbortPlan):
+            yield from self._abort_and_raise(decision)
+
+    def externalize(self, scopes: Iterable[str | Scope], driver: DriverHooks) -> Steps:
+        scopes = list(scopes)
+        decision = yield from self._decide(
+            lambda: self.co.core.externalize(self.txid, scopes),
+            driver.new_signal,
+            driver.now,
+            driver.timeout,
+        )
+        if isinstance(decision, AbortPlan):
+            yield from self._abort_and_raise(decision)
+
+    def stage(self, effect: Effect) -> Steps:
+        with self.co.lock:
+            self._raise_if_settled()
+            decision = self.co.core.stage(self.txid, effect)
+        if isinstance(decision, AbortPlan):
+            yield from self._abort_and_raise(decision)
+
+    def seal(self) -> None:
+        with self.co.lock:
+            self.co.core.seal(self.txid)
+
+    def commit(self, driver: DriverHooks) -> Steps:
+        """Seal (if open), wait for the frontiers, then settle. Returns the Settlement or
+        raises TransactionAborted carrying it."""
+        with self.co.lock:
+            self._raise_if_settled()
+            if self.co.core.get(self.txid).state is TxState.OPEN:
+                self.co.core.seal(self.txid)
+        decision = yield from self._decide(
+            lambda: self.co.core.try_commit(self.txid), driver.new_signal, driver.now, driver.timeout
+        )
+        if isinstance(decision, AbortPlan):
+            yield from self._abort_and_raise(decision)
+        return (yield from self.settle_commit(decision))
+
+    def settle_commit(self, plan: CommitPlan) -> Steps:
+        outcome: Outcome = yield ApplyCommit(plan)
+        return self._finish(failed_applies=outcome.failed_applies)
+
+    def abort(self, source: AbortSource | str = AbortSource.PRE_COMMIT_VETO, detail: str = "") -> Steps:
+        with self.co.lock:
+            tx = self.co.core.get(self.txid)
+            if tx.finished and self.settlement is not None:
+                return self.settlement
+            plan = self.co.core.abort(self.txid, source, detail)
+        return (yield from self.settle_abort(plan))
+
+    def settle_abort(self, plan: AbortPlan) -> Steps:
+        outcome: Outcome = yield ApplyAbort(plan)
+        return self._finish(residue=outcome.residue)
+
+    def _abort_and_raise(self, plan: AbortPlan) -> Steps:
+        settlement = yield from self.settle_abort(plan)
+        raise TransactionAborted(self.txid, plan.source.value, plan.detail, settlement)
+
+    def _finish(
+        self, *, residue: list[Effect] | None = None, failed_applies: list[Effect] | None = None
+    ) -> Settlement:
+        with self.co.lock:
+            settlement, woken = self.co.core.finish(
+                self.txid,
+                residue=residue or (),
+                failed_applies=failed_applies or (),
+                waited=self.waited,
+            )
+            self.settlement = settlement
+            if self.co.keep_settlements:
+                self.co.settlements.append(settlement)
+            else:
+                self.co.core.forget(self.txid)
+            self.co._wake(woken)
+        return settlement
+
+    # -- the shim -------------------------------------------------------------------------------
+    def call(self, spec: ToolSpec, args: dict[str, Any], driver: DriverHooks) -> Steps:
+        """One shimmed tool call: register reads, then run, stage or gate by effect class."""
+        reads = spec.read_scopes(args)
+        if reads:
+            yield from self.read(reads, driver)
+        if spec.effect is None:
+            return (yield Run(lambda: spec.fn(**args)))
+        scopes = tuple(self.co.core.scope(s) for s in spec.write_scopes(args))
+        key = self.key(spec.name, spec.key_part(args))
+        if spec.effect is EffectClass.REVERSIBLE:
+            yield from self.externalize(scopes, driver)
+            call = Call(spec.name, args)
+            if spec.before is not None:
+                call.before = yield Run(lambda: spec.before(**args))  # type: ignore[misc]
+            call.result = yield Run(lambda: spec.fn(**args))
+            compensate = spec.compensate
+            assert compensate is not None
+            effect = Effect(
+                spec.name, spec.effect, scopes, key, compensate=lambda: compensate(call), payload=call
+            )
+            yield from self.stage(effect)
+            return call.result
+        effect = Effect(spec.name, spec.effect, scopes, key, apply=lambda: spec.fn(**args), payload=args)
+        yield from self.stage(effect)
+        status = "staged" if spec.effect is EffectClass.BUFFERABLE else "queued"
+        return Ack(status, key, spec.name)
+
+
+class DriverHooks(Protocol):
+    """What a session needs from its driver to wait: signals, a clock and a time-out."""
+
+    timeout: float | None
+
+    def new_signal(self) -> Signal: ...
+
+    def now(self) -> float: ...

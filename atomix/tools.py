@@ -1,0 +1,191 @@
+"""Tool metadata and shims: how a plain function becomes a transactional tool.
+
+Metadata is checked when the tool is defined, never at its first call: a wrong effect class,
+a scope template that cannot be canonicalised, a reversible tool without a compensation or
+an irreversible one with one raise ToolDefinitionError naming the tool and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import string
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from atomix.effects import EffectClass
+from atomix.errors import ScopeError, ToolDefinitionError
+from atomix.scopes import Scope, ScopePolicy
+
+ScopeSpec = str | Scope | Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """What a deferred call returns at once: `staged` (bufferable) or `queued` (gated)."""
+
+    status: str
+    key: str
+    tool: str
+
+
+@dataclass(slots=True)
+class Call:
+    """One call of a tool, as a compensation sees it."""
+
+    tool: str
+    args: dict[str, Any]
+    result: Any = None
+    before: Any = None
+
+
+def _template_fields(template: str) -> list[str]:
+    return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class _ScopeFn:
+    spec: ScopeSpec
+
+    def __call__(self, args: dict[str, Any]) -> list[str | Scope]:
+        spec = self.spec
+        if isinstance(spec, Scope):
+            return [spec]
+        if isinstance(spec, str):
+            return [spec.format_map(args)]
+        out = spec(**args)
+        if out is None:
+            return []
+        if isinstance(out, str | Scope):
+            return [out]
+        return list(out)
+
+
+def _as_list(value: ScopeSpec | Iterable[ScopeSpec] | None) -> list[ScopeSpec]:
+    if value is None:
+        return []
+    if isinstance(value, str | Scope) or callable(value):
+        return [value]
+    return list(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool's validated metadata: which scopes it reads and writes, how it settles."""
+
+    name: str
+    fn: Callable[..., Any]
+    effect: EffectClass | None
+    reads: tuple[_ScopeFn, ...]
+    writes: tuple[_ScopeFn, ...]
+    key: str | Callable[..., Any] | None
+    compensate: Callable[[Call], Any] | None
+    before: Callable[..., Any] | None
+    signature: inspect.Signature
+    is_async: bool
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def read_scopes(self, args: dict[str, Any]) -> list[str | Scope]:
+        return [s for fn in self.reads for s in fn(args)]
+
+    def write_scopes(self, args: dict[str, Any]) -> list[str | Scope]:
+        return [s for fn in self.writes for s in fn(args)]
+
+    def key_part(self, args: dict[str, Any]) -> str:
+        if isinstance(self.key, str):
+            return self.key.format_map(args)
+        if self.key is not None:
+            return str(self.key(**args))
+        blob = json.dumps(args, sort_keys=True, default=repr).encode()
+        return hashlib.blake2b(blob, digest_size=8).hexdigest()
+
+
+def define_tool(
+    fn: Callable[..., Any],
+    *,
+    effect: EffectClass | str | None = None,
+    reads: ScopeSpec | Iterable[ScopeSpec] | None = None,
+    writes: ScopeSpec | Iterable[ScopeSpec] | None = None,
+    key: str | Callable[..., Any] | None = None,
+    compensate: Callable[[Call], Any] | None = None,
+    before: Callable[..., Any] | None = None,
+    name: str | None = None,
+    policy: ScopePolicy | None = None,
+) -> ToolSpec:
+    """Validate a tool's metadata and return its spec (see the module docstring)."""
+    tool = name or getattr(fn, "__name__", None) or repr(fn)
+    signature = inspect.signature(fn)
+    params = set(signature.parameters)
+    if effect is not None and not isinstance(effect, EffectClass):
+        try:
+            effect = EffectClass(effect)
+        except ValueError:
+            allowed = ", ".join(c.value for c in EffectClass)
+            raise ToolDefinitionError(
+                tool, "effect", f"unknown effect class {effect!r}; allowed: {allowed}"
+            ) from None
+    read_specs, write_specs = _as_list(reads), _as_list(writes)
+    if effect is not None and not write_specs:
+        raise ToolDefinitionError(tool, "writes", "an effect-bearing tool must name its scopes")
+    if effect is None and write_specs:
+        raise ToolDefinitionError(tool, "effect", "a tool that writes scopes needs an effect class")
+    if effect is EffectClass.REVERSIBLE and compensate is None:
+        raise ToolDefinitionError(tool, "compensate", "a reversible effect needs a compensation")
+    if effect is not EffectClass.REVERSIBLE and compensate is not None:
+        raise ToolDefinitionError(
+            tool, "compensate", f"a {effect or 'read-only'} tool cannot be compensated"
+        )
+    if before is not None and effect is not EffectClass.REVERSIBLE:
+        raise ToolDefinitionError(tool, "before", "before-images are for reversible tools")
+    for field_name, specs in (("reads", read_specs), ("writes", write_specs)):
+        for spec in specs:
+            _check_scope_spec(tool, field_name, spec, params, policy or ScopePolicy())
+    if isinstance(key, str):
+        missing = [f for f in _template_fields(key) if f not in params]
+        if missing:
+            raise ToolDefinitionError(tool, "key", f"template names unknown argument(s) {missing}")
+    elif key is not None and not callable(key):
+        raise ToolDefinitionError(tool, "key", "must be a template string or a callable")
+    return ToolSpec(
+        name=tool,
+        fn=fn,
+        effect=effect,
+        reads=tuple(_ScopeFn(s) for s in read_specs),
+        writes=tuple(_ScopeFn(s) for s in write_specs),
+        key=key,
+        compensate=compensate,
+        before=before,
+        signature=signature,
+        is_async=inspect.iscoroutinefunction(fn),
+    )
+
+
+def _check_scope_spec(
+    tool: str, field_name: str, spec: ScopeSpec, params: set[str], policy: ScopePolicy
+) -> None:
+    if isinstance(spec, Scope) or callable(spec):
+        return
+    if not isinstance(spec, str):
+        raise ToolDefinitionError(tool, field_name, f"scope spec must be str, Scope or callable: {spec!r}")
+    fields = _template_fields(spec)
+    missing = [f for f in fields if f not in params]
+    if missing:
+        raise ToolDefinitionError(
+            tool, field_name, f"scope template {spec!r} names unknown argument(s) {missing}"
+        )
+    # A template is checked with placeholder values: if no plausible argument could make it
+    # a valid scope, it is wrong now, not at the first call.
+    errors = []
+    for dummy in ("/x", "x", "1"):
+        try:
+            policy.resolve(spec.format_map(dict.fromkeys(fields, dummy)))
+            return
+        except ScopeError as exc:
+            errors.append(str(exc))
+    raise ToolDefinitionError(tool, field_name, f"scope {spec!r} cannot be canonicalised: {errors[0]}")
