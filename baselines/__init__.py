@@ -1,0 +1,1 @@
+"""The settlement mechanisms Atomix is compared against, one module each."""

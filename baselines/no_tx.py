@@ -1,0 +1,49 @@
+"""`no-tx`: call tools directly, as most agent orchestrators do today.
+
+Mechanism: every call goes straight to the substrate when the agent makes it; a tool's
+return is taken as final settlement. There is no transaction: commit does nothing and an
+abort retracts nothing. The agent's own loop retries a failed step.
+Known failures: partial effects after a fault, duplicates after an ambiguous failure or a
+duplicated delivery (no idempotency keys), leaked irreversible sends, lost updates under
+contention.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from atomix.effects import AbortSource
+from harness.clock import VirtualClock
+from harness.modes import AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.substrates import TrialEnv
+from harness.tooling import Delivery, ToolCall
+
+
+class DirectSession(ModeSession):
+    """Executes each call at once, without keys; nothing to commit or undo."""
+
+    async def call(self, call: ToolCall) -> Any:
+        ctx, tool, args = self.ctx, call.tool, call.args
+        delivery = Delivery(None, ctx.meta(call.op_id, idem=tool.idempotent))
+        try:
+            return ctx.boundary.deliver(call.op_id, lambda: tool.run(ctx.env, args, delivery))
+        finally:
+            await ctx.boundary.pay()
+
+    async def commit(self) -> None:
+        return None
+
+    async def abort(self, source: AbortSource | str, detail: str = "") -> None:
+        return None
+
+
+class NoTxTrial(TrialMode):
+    def session(self, ctx: AgentContext) -> DirectSession:
+        return DirectSession(self, ctx)
+
+
+def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> NoTxTrial:
+    return NoTxTrial(env, clock, settings)
+
+
+register("no-tx", "direct tool calls; the agent retries a failed step", _factory)

@@ -1,0 +1,152 @@
+"""The scripted agent: performs a task's plan under any mode, reacting like a real agent.
+
+It retries a failed step up to a bound, re-reads and re-plans (a fresh attempt) after an
+abort-on-stale or a time-out, resumes from a checkpoint when the mode offers one, and
+commits at the end. The same code runs under every mode.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from atomix.effects import AbortSource
+from harness import faults
+from harness.clock import Sleep
+from harness.modes import Aborted, AgentContext, ModeSession, TrialMode
+from harness.tooling import ToolCall, ToolDef, ToolError
+
+ArgsFn = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One tool call of a plan; `args` may be computed from what earlier steps returned."""
+
+    tool: str
+    args: Mapping[str, Any] | ArgsFn
+    save_as: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A plan of steps settled as one transaction; `veto` aborts it just before commit."""
+
+    task_id: str
+    steps: tuple[Step, ...]
+    veto: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPolicy:
+    """How persistent the agent is, and how long it thinks (simulated ms, seeded)."""
+
+    step_retries: int = 2
+    max_attempts: int = 4
+    plan_delay_ms: tuple[float, float] = (0.0, 0.0)
+    replan_backoff_ms: float = 10.0
+
+
+@dataclass(slots=True)
+class AgentOutcome:
+    """What the agent observed: did its transaction commit, after how many attempts."""
+
+    agent: str
+    task_id: str
+    committed: bool = False
+    vetoed: bool = False
+    attempts: int = 0
+    committed_attempt: int | None = None
+    aborts: list[str] = field(default_factory=list)
+    failure: str | None = None
+    blocked_ms: float = 0.0
+    finished_at_ms: float = 0.0
+    reported_residue: int = 0
+    results: dict[str, Any] = field(default_factory=dict)
+
+
+class StepFailed(Exception):
+    """A step kept failing after its retries, or the tool refused it."""
+
+
+async def _call_with_retries(
+    session: ModeSession, call: ToolCall, policy: AgentPolicy
+) -> Any:
+    last: BaseException | None = None
+    for _ in range(policy.step_retries + 1):
+        try:
+            return await session.call(call)
+        except faults.ToolFault as exc:
+            last = exc
+        except ToolError as exc:
+            raise StepFailed(f"{call.name}: {exc}") from exc
+    raise StepFailed(f"{call.name}: {last}") from last
+
+
+async def run_agent(
+    trial: TrialMode,
+    make_ctx: Callable[[int], AgentContext],
+    task: Task,
+    tools: Mapping[str, ToolDef],
+    policy: AgentPolicy,
+    rng: random.Random,
+) -> AgentOutcome:
+    """Run `task` to commit (or give up) under the trial's mode."""
+    outcome = AgentOutcome(agent="", task_id=task.task_id)
+    resume: tuple[int, dict[str, Any]] | None = None
+    ctx: AgentContext | None = None
+    while outcome.attempts < policy.max_attempts:
+        outcome.attempts += 1
+        ctx = make_ctx(outcome.attempts)
+        outcome.agent = ctx.agent
+        session = trial.session(ctx)
+        start, memory = (0, {}) if resume is None else (resume[0], dict(resume[1]))
+        try:
+            await session.begin()
+            for index in range(start, len(task.steps)):
+                step = task.steps[index]
+                lo, hi = policy.plan_delay_ms
+                if hi > 0:
+                    await Sleep(rng.uniform(lo, hi))
+                args = step.args(memory) if callable(step.args) else dict(step.args)
+                call = ToolCall(tools[step.tool], args, op_id=f"{ctx.agent}/{task.task_id}/{index}")
+                memory[step.save_as or f"step{index}"] = await _call_with_retries(session, call, policy)
+                session.checkpoint(index + 1, memory)
+            if task.veto:
+                await session.abort(AbortSource.PRE_COMMIT_VETO, "the agent vetoed before commit")
+                outcome.vetoed = True
+                outcome.aborts.append(AbortSource.PRE_COMMIT_VETO.value)
+                break
+            await session.commit()
+            outcome.committed = True
+            outcome.committed_attempt = outcome.attempts
+            outcome.results = memory
+            break
+        except Aborted as exc:
+            outcome.aborts.append(exc.source.value)
+            if not exc.retryable:
+                outcome.failure = str(exc)
+                break
+            resume = session.restore()
+            await Sleep(policy.replan_backoff_ms * rng.uniform(0.5, 1.5))
+        except StepFailed as exc:
+            outcome.failure = str(exc)
+            try:
+                await session.abort(AbortSource.TOOL_FAILURE, str(exc))
+                outcome.aborts.append(AbortSource.TOOL_FAILURE.value)
+            except Aborted as again:
+                outcome.aborts.append(again.source.value)
+            resume = session.restore()
+            if resume is None:
+                break
+        finally:
+            outcome.reported_residue += getattr(session, "reported_residue", 0)
+            outcome.blocked_ms += ctx.blocked_ms
+            ctx.blocked_ms = 0.0
+    else:
+        outcome.failure = outcome.failure or f"gave up after {policy.max_attempts} attempts"
+    assert ctx is not None
+    outcome.finished_at_ms = ctx.clock.now
+    return outcome

@@ -1,0 +1,170 @@
+"""The mode interface: how a workload's agents settle tool calls under any mechanism.
+
+A mode is registered once, by name, with a one-line description and a factory. For each
+trial the factory builds a `TrialMode` (the mechanism's shared state: a coordinator, lock
+tables, version tables); each agent attempt opens a `ModeSession` on it to begin, call
+tools, commit and abort. Workloads and agents only ever use this interface, so one agent
+runs unchanged under every mode.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from atomix.effects import AbortSource
+from harness.boundary import Boundary
+from harness.clock import Park, VirtualClock, VSignal
+from harness.substrates import TrialEnv
+from harness.tooling import ToolCall
+
+# Modules that register modes; adding a mechanism means adding a module and a line here.
+MODE_MODULES: tuple[str, ...] = (
+    "harness.tx_mode",
+    "baselines.no_tx",
+)
+
+
+class Aborted(Exception):
+    """The mode aborted the agent's transaction; `retryable` says a fresh attempt may succeed."""
+
+    def __init__(self, source: AbortSource | str, detail: str = "", *, retryable: bool | None = None):
+        self.source = AbortSource(source)
+        self.detail = detail
+        self.retryable = (
+            self.source in (AbortSource.STALE_READ, AbortSource.TIMEOUT)
+            if retryable is None
+            else retryable
+        )
+        super().__init__(f"aborted ({self.source.value}){': ' + detail if detail else ''}")
+
+
+@dataclass(frozen=True, slots=True)
+class ModeSettings:
+    """Knobs every mode may read: time-outs and retry bounds (simulated ms)."""
+
+    timeout_ms: float = 30_000.0
+    apply_attempts: int = 3
+    step_retries: int = 3
+    backoff_ms: float = 20.0
+
+
+@dataclass(slots=True)
+class AgentContext:
+    """What a mode session knows about the agent attempt it serves."""
+
+    agent: str
+    attempt: int
+    trace: str
+    env: TrialEnv
+    clock: VirtualClock
+    boundary: Boundary
+    settings: ModeSettings
+    blocked_ms: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def meta(self, op_id: str, **more: Any) -> dict[str, Any]:
+        """Op-log metadata for one delivery: who, which attempt, which logical call."""
+        return {"agent": self.agent, "attempt": self.attempt, "tx": self.trace, "op": op_id, **more}
+
+    async def block(self, signal: VSignal, timeout: float | None) -> bool:
+        """Wait on the virtual clock, charging the time to this agent's blocked total."""
+        start = self.clock.now
+        woken = await Park(signal, timeout)
+        self.blocked_ms += self.clock.now - start
+        return woken
+
+
+class ModeSession(ABC):
+    """One agent attempt at one transaction under a mode.
+
+    `call` raises the boundary's fault exceptions (the agent may retry the step) or
+    `Aborted`; `commit` raises `Aborted` when the mechanism refuses to commit. A mechanism
+    that recovers by replaying from a checkpoint sets `resumes_from_checkpoint`.
+    """
+
+    resumes_from_checkpoint: bool = False
+
+    def __init__(self, trial: TrialMode, ctx: AgentContext) -> None:
+        self.trial = trial
+        self.ctx = ctx
+
+    async def begin(self) -> None:  # noqa: B027 - most mechanisms need no begin step
+        """Start the transaction (locks taken up front go here)."""
+
+    @abstractmethod
+    async def call(self, call: ToolCall) -> Any: ...
+
+    @abstractmethod
+    async def commit(self) -> None: ...
+
+    @abstractmethod
+    async def abort(self, source: AbortSource | str, detail: str = "") -> None: ...
+
+    def checkpoint(self, step: int, memory: dict[str, Any]) -> None:  # noqa: B027
+        """Called after each successful step with the agent's memory."""
+
+    def restore(self) -> tuple[int, dict[str, Any]] | None:
+        """After an abort: where to resume and with which memory, or None to start over."""
+        return None
+
+
+class TrialMode(ABC):
+    """A mechanism's shared state for one trial."""
+
+    def __init__(self, env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> None:
+        self.env = env
+        self.clock = clock
+        self.settings = settings
+
+    @abstractmethod
+    def session(self, ctx: AgentContext) -> ModeSession: ...
+
+
+TrialModeFactory = Callable[[TrialEnv, VirtualClock, ModeSettings], TrialMode]
+
+
+@dataclass(frozen=True, slots=True)
+class ModeInfo:
+    """One registry entry: a mode's name, where it lives, what it does."""
+
+    name: str
+    description: str
+    factory: TrialModeFactory
+    module: str
+    family: str  # "atomix", "ablation" or "baseline"
+
+
+_REGISTRY: dict[str, ModeInfo] = {}
+
+
+def register(
+    name: str,
+    description: str,
+    factory: TrialModeFactory,
+    *,
+    family: str = "baseline",
+    module: str | None = None,
+) -> None:
+    if name in _REGISTRY and _REGISTRY[name].description != description:
+        raise ValueError(f"mode {name!r} is registered twice")
+    _REGISTRY[name] = ModeInfo(
+        name, description, factory, module or getattr(factory, "__module__", "?"), family
+    )
+
+
+def modes() -> dict[str, ModeInfo]:
+    """Every registered mode (importing the modules that register them)."""
+    for module in MODE_MODULES:
+        importlib.import_module(module)
+    return dict(_REGISTRY)
+
+
+def get_mode(name: str) -> ModeInfo:
+    registry = modes()
+    if name not in registry:
+        raise KeyError(f"unknown mode {name!r}; allowed: {', '.join(sorted(registry))}")
+    return registry[name]

@@ -1,0 +1,137 @@
+"""One trial: a scenario run under one mode on fresh substrates, judged by the oracle.
+
+Everything random is derived from (seed, cell, trial index), so every mode sees the same
+tasks, the same plan delays and the same fault stream on the same trial.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import faults
+from harness.agent import AgentOutcome, run_agent
+from harness.boundary import Boundary
+from harness.clock import Sleep, VirtualClock
+from harness.modes import AgentContext, ModeSettings, get_mode
+from harness.oracle import judge
+from harness.substrates import TrialEnv
+from harness.workloads import get_workload
+
+
+def derive_rng(seed: int, *parts: Any) -> random.Random:
+    blob = "/".join(map(str, (seed, *parts))).encode()
+    return random.Random(int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "big"))
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything that determines one trial's record (apart from wall-clock fields)."""
+
+    config: str
+    workload: str
+    mode: str
+    cell_id: str
+    cell: Mapping[str, Any]
+    trial: int
+    seed: int
+    faults: faults.FaultConfig = field(default_factory=faults.FaultConfig)
+    settings: ModeSettings = field(default_factory=ModeSettings)
+    latency_ms: float = 5.0
+    jitter_ms: float = 2.0
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.config}/{self.mode}/{self.cell_id}/{self.trial}"
+
+
+def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]:
+    """Run one trial and return its record (JSON-ready)."""
+    wall = time.perf_counter()
+    workload = get_workload(spec.workload)
+    # The scenario depends on the trial, not the mode or the fault cell: same tasks for all.
+    scenario = workload.scenario(derive_rng(spec.seed, "scenario", spec.trial), spec.trial, spec.params)
+    env = TrialEnv.create(workdir)
+    try:
+        scenario.setup(env)
+        clock = VirtualClock()
+        injector = faults.FaultInjector(spec.faults, seed=spec.seed, cell=spec.cell_id, trial=spec.trial)
+        trial_mode = get_mode(spec.mode).factory(env, clock, spec.settings)
+        outcomes: list[AgentOutcome] = []
+        tasks = []
+        for index, task in enumerate(scenario.tasks):
+            agent = f"a{index}"
+            rng = derive_rng(spec.seed, "agent", spec.trial, index)
+            boundary = Boundary(clock, injector, latency_ms=spec.latency_ms, jitter_ms=spec.jitter_ms, rng=rng)
+
+            def make_ctx(attempt: int, agent: str = agent, boundary: Boundary = boundary) -> AgentContext:
+                return AgentContext(agent, attempt, f"{spec.key}/{agent}/{attempt}", env, clock, boundary, spec.settings)
+
+            offset = scenario.start_offsets_ms[index] if scenario.start_offsets_ms else 0.0
+
+            async def agent_main(make_ctx: Any = make_ctx, task: Any = task, rng: random.Random = rng, offset: float = offset) -> AgentOutcome:
+                if offset:
+                    await Sleep(offset)
+                outcome = await run_agent(trial_mode, make_ctx, task, workload.tools, scenario.policy, rng)
+                outcomes.append(outcome)
+                return outcome
+
+            tasks.append(clock.spawn(agent_main(), agent))
+        clock.run()
+        for task in tasks:
+            if task.error is not None:
+                raise task.error
+        stuck = [t.name for t in clock.stuck()]
+        committed = {(o.agent, o.committed_attempt) for o in outcomes if o.committed_attempt is not None}
+        final = env.snapshot()
+        expected = scenario.expected() if scenario.expected is not None else None
+        invariants = scenario.invariants(env, outcomes) if scenario.invariants is not None else 0
+        ops = env.oplog.ops()
+        verdict = judge(
+            final=final,
+            expected=expected,
+            ops=ops,
+            messages=env.mailbox.messages(),
+            committed=committed,
+            invariant_violations=invariants,
+            reported_residue=sum(o.reported_residue for o in outcomes),
+        )
+        outcomes.sort(key=lambda o: o.agent)
+        n = max(1, len(outcomes))
+        metrics = {
+            **verdict.as_dict(),
+            "committed": sum(o.committed for o in outcomes),
+            "agents": len(outcomes),
+            "attempts": sum(o.attempts for o in outcomes),
+            "aborts": sum(len(o.aborts) for o in outcomes),
+            "wait_ms": sum(o.blocked_ms for o in outcomes) / n,
+            "blocked": sum(o.blocked_ms > 0 for o in outcomes) / n,
+            "makespan_ms": clock.now,
+            "stuck": len(stuck),
+        }
+        return {
+            "key": spec.key,
+            "config": spec.config,
+            "workload": spec.workload,
+            "mode": spec.mode,
+            "cell_id": spec.cell_id,
+            "cell": dict(spec.cell),
+            "trial": spec.trial,
+            "seed": spec.seed,
+            "faults": injector.records(),
+            "metrics": metrics,
+            "agents": [
+                {"agent": o.agent, "task": o.task_id, "committed": o.committed, "attempts": o.attempts,
+                 "aborts": o.aborts, "failure": o.failure, "blocked_ms": o.blocked_ms}
+                for o in outcomes
+            ],
+            "timings": {"wall_s": time.perf_counter() - wall},
+        }
+    finally:
+        env.close()
