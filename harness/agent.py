@@ -16,6 +16,7 @@ from atomix.effects import AbortSource
 from harness import faults
 from harness.clock import Sleep
 from harness.modes import Aborted, AgentContext, ModeSession, TrialMode
+from harness.substrates import TrialEnv
 from harness.tooling import ToolCall, ToolDef, ToolError
 
 ArgsFn = Callable[[dict[str, Any]], dict[str, Any]]
@@ -32,11 +33,28 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """A plan of steps settled as one transaction; `veto` aborts it just before commit."""
+    """A plan of steps settled as one transaction; `veto` aborts it just before commit.
+
+    `footprint` declares scopes the plan may touch beyond what its static steps show (steps
+    whose arguments depend on earlier results); lock-up-front mechanisms use it.
+    """
 
     task_id: str
     steps: tuple[Step, ...]
     veto: bool = False
+    footprint: tuple[str, ...] = ()
+
+
+def declared_scopes(task: Task, tools: Mapping[str, ToolDef], env: TrialEnv) -> list[str]:
+    """Every scope the task declares up front: its static steps' scopes plus `footprint`."""
+    scopes: set[str] = set(task.footprint)
+    for step in task.steps:
+        if callable(step.args):
+            continue
+        tool = tools[step.tool]
+        scopes.update(tool.reads(env, dict(step.args)))
+        scopes.update(tool.writes(env, dict(step.args)))
+    return sorted(scopes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +115,14 @@ async def run_agent(
     outcome = AgentOutcome(agent="", task_id=task.task_id)
     resume: tuple[int, dict[str, Any]] | None = None
     ctx: AgentContext | None = None
+    tx_attempt = 0  # the transaction's identity; a checkpoint resume continues the same one
     while outcome.attempts < policy.max_attempts:
         outcome.attempts += 1
-        ctx = make_ctx(outcome.attempts)
+        if resume is None:
+            tx_attempt += 1
+        ctx = make_ctx(tx_attempt)
         outcome.agent = ctx.agent
+        ctx.extra["declared_scopes"] = declared_scopes(task, tools, ctx.env)
         session = trial.session(ctx)
         start, memory = (0, {}) if resume is None else (resume[0], dict(resume[1]))
         try:
@@ -121,7 +143,7 @@ async def run_agent(
                 break
             await session.commit()
             outcome.committed = True
-            outcome.committed_attempt = outcome.attempts
+            outcome.committed_attempt = tx_attempt
             outcome.results = memory
             break
         except Aborted as exc:

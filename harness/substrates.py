@@ -91,8 +91,8 @@ class TrialEnv:
             workdir=workdir,
             oplog=oplog,
             buffer=BufferStore(oplog),
-            files=FileStore(workdir / "files", oplog=oplog),
-            db=SQLiteStore(workdir / "db.sqlite", oplog=oplog),
+            files=FileStore(workdir / "files", oplog=oplog, durable=False),
+            db=SQLiteStore(workdir / "db.sqlite", oplog=oplog, durable=False),
             mailbox=MailboxSink(workdir / "mailbox.jsonl", oplog=oplog),
             _owns_dir=owns,
         )

@@ -7,8 +7,10 @@ tasks, the same plan delays and the same fault stream on the same trial.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,22 @@ from harness.modes import AgentContext, ModeSettings, get_mode
 from harness.oracle import judge
 from harness.substrates import TrialEnv
 from harness.workloads import get_workload
+
+_EXPECTED: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+
+
+def _expected(spec: TrialSpec, compute: Any) -> dict[str, Any]:
+    """The goal state of a trial, computed once per process: it depends only on the
+    scenario (workload, seed, trial, params), never on the mode or the faults."""
+    key = (spec.workload, spec.seed, spec.trial, json.dumps(dict(spec.params), sort_keys=True, default=str))
+    if key in _EXPECTED:
+        _EXPECTED.move_to_end(key)
+        return _EXPECTED[key]
+    value = compute()
+    _EXPECTED[key] = value
+    if len(_EXPECTED) > 64:
+        _EXPECTED.popitem(last=False)
+    return value
 
 
 def derive_rng(seed: int, *parts: Any) -> random.Random:
@@ -90,7 +108,7 @@ def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]
         stuck = [t.name for t in clock.stuck()]
         committed = {(o.agent, o.committed_attempt) for o in outcomes if o.committed_attempt is not None}
         final = env.snapshot()
-        expected = scenario.expected() if scenario.expected is not None else None
+        expected = _expected(spec, scenario.expected) if scenario.expected is not None else None
         invariants = scenario.invariants(env, outcomes) if scenario.invariants is not None else 0
         ops = env.oplog.ops()
         verdict = judge(

@@ -49,13 +49,21 @@ class FileStore:
     """
 
     def __init__(
-        self, root: Path | str, *, oplog: OpLog | None = None, casefold: bool = False
+        self,
+        root: Path | str,
+        *,
+        oplog: OpLog | None = None,
+        casefold: bool = False,
+        durable: bool = True,
     ) -> None:
         root_path = Path(root)
         root_path.mkdir(parents=True, exist_ok=True)
         self._root = Path(os.path.realpath(root_path))
         self._oplog = oplog
         self._casefold = casefold
+        # durable=False skips the fsyncs (writes stay atomic via rename): for throwaway trial
+        # directories, where surviving power loss is not the property under test.
+        self._durable = durable
         self._lock = threading.RLock()
         self._journal = self._root / META_DIR / JOURNAL
         self._keys: set[str] = set()
@@ -174,7 +182,7 @@ class FileStore:
             real = self.resolve(path)
             if self._dedup(real, key, meta):
                 return False
-            _atomic_write(real, _encode(data), self._root)
+            _atomic_write(real, _encode(data), self._root, durable=self._durable)
             self._record(real, "write", key, meta)
             return True
 
@@ -198,7 +206,8 @@ class FileStore:
             except FileNotFoundError:
                 pass
             else:
-                fsync_dir(real.parent)
+                if self._durable:
+                    fsync_dir(real.parent)
             self._record(real, "delete", key, meta)
             return True
 
@@ -221,8 +230,9 @@ class FileStore:
             with open(self._journal, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(entry, sort_keys=True) + "\n")
                 fh.flush()
-                os.fsync(fh.fileno())
-            if created:
+                if self._durable:
+                    os.fsync(fh.fileno())
+            if created and self._durable:
                 fsync_dir(self._journal.parent)
             self._keys.add(key)
         self._log(real, kind, key, meta)
@@ -282,7 +292,7 @@ def _read_file(real: Path) -> bytes | None:
         return None
 
 
-def _makedirs_durable(directory: Path, root: Path) -> None:
+def _makedirs_durable(directory: Path, root: Path, durable: bool = True) -> None:
     """Create ``directory`` and missing parents below ``root``, fsyncing each new entry's parent."""
     missing: list[Path] = []
     d = directory
@@ -291,12 +301,13 @@ def _makedirs_durable(directory: Path, root: Path) -> None:
         d = d.parent
     for d in reversed(missing):
         d.mkdir(exist_ok=True)
-        fsync_dir(d.parent)
+        if durable:
+            fsync_dir(d.parent)
 
 
-def _atomic_write(target: Path, data: bytes, root: Path) -> None:
+def _atomic_write(target: Path, data: bytes, root: Path, *, durable: bool = True) -> None:
     """Write ``data`` to ``target`` via a fsynced temp file and `os.replace`, then fsync the dir."""
-    _makedirs_durable(target.parent, root)
+    _makedirs_durable(target.parent, root, durable)
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
@@ -312,7 +323,8 @@ def _atomic_write(target: Path, data: bytes, root: Path) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
@@ -320,4 +332,5 @@ def _atomic_write(target: Path, data: bytes, root: Path) -> None:
         # the temp file must not survive as clutter.
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(target.parent)
+    if durable:
+        fsync_dir(target.parent)

@@ -61,7 +61,9 @@ class SQLiteStore:
     Thread-safe: one connection, guarded by one lock.
     """
 
-    def __init__(self, path: Path | str, *, oplog: OpLog | None = None) -> None:
+    def __init__(
+        self, path: Path | str, *, oplog: OpLog | None = None, durable: bool = True
+    ) -> None:
         self._path = Path(path)
         self._path.parent.mkdir(parents=True, exist_ok=True)
         self._oplog = oplog
@@ -73,7 +75,9 @@ class SQLiteStore:
         )
         self._conn.execute("PRAGMA journal_mode=WAL")
         # FULL: a COMMIT that has returned survives power loss (NORMAL could lose the last ones).
-        self._conn.execute("PRAGMA synchronous=FULL")
+        # durable=False (NORMAL in WAL) survives a process crash but not power loss: for
+        # throwaway trial databases only.
+        self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         self._conn.execute(
             f"CREATE TABLE IF NOT EXISTS {APPLIED_TABLE} ("
             "key TEXT PRIMARY KEY, tbl TEXT NOT NULL, k TEXT NOT NULL, kind TEXT NOT NULL)"
@@ -156,6 +160,12 @@ class SQLiteStore:
         name = _table_name(table)
         with self._lock:
             self._create(name)
+
+    def put_many(
+        self, rows: Sequence[tuple[str, Any, Any]], *, meta: Mapping[str, Any] | None = None
+    ) -> None:
+        """Insert or replace many rows ``(table, k, value)`` in one transaction, without keys."""
+        self._apply([(self._row(t, k, v, meta), None) for t, k, v in rows])
 
     def put(
         self,

@@ -199,9 +199,11 @@ def make_task(rng: random.Random, agent: str, task_id: str, *, min_calls: int = 
 
 def setup(env: TrialEnv) -> None:
     """Initial state, written directly (no agent, so the oracle ignores these ops)."""
+    env.db.put_many(
+        [("slots", n, {"left": 3, "holders": []}) for n in range(4)]
+        + [("counters", n, 10 * n) for n in range(4)]
+    )
     for n in range(4):
-        env.db.put("slots", n, {"left": 3, "holders": []})
-        env.db.put("counters", n, 10 * n)
         env.buffer.put(f"c{n}", n)
         env.files.write(f"logs/l{n}.log", f"log {n}\n")
 
