@@ -60,6 +60,7 @@ class TransactionManager:
         self._real = ScopeIndex()  # real scopes: commit stamps and externalised effects
         self._txs: dict[int, Transaction] = {}
         self._groups: dict[str, list[int]] = {}
+        self._won: set[str] = set()  # groups one of whose branches committed
         self._waiters: dict[int, set[int]] = {}
         self._next_txid = 1
         self._seq = 0
@@ -205,7 +206,8 @@ class TransactionManager:
             if (plan := self._late(tx, scope, write=True)) is not None:
                 return plan
             blockers.extend(found)
-            blockers.extend(self._earlier_holders(tx, scope))
+            if self.options.wait_for_frontiers:
+                blockers.extend(self._earlier_holders(tx, scope))
         if blockers:
             return self._wait(tx, blockers)
         seq = self._tick()
@@ -233,7 +235,8 @@ class TransactionManager:
                     f"on {', '.join(map(str, missing))}"
                 )
         else:
-            for scope in effect.scopes:
+            scopes = [self.scope(s) for s in effect.scopes]
+            for scope in scopes:
                 for other in self._real.overlapping_eager(scope):
                     if other is not tx and not other.finished and other.epoch > tx.epoch:
                         return self.abort(
@@ -243,7 +246,7 @@ class TransactionManager:
                         )
                 if (plan := self._late(tx, scope, write=True)) is not None:
                     return plan
-            for scope in effect.scopes:
+            for scope in scopes:
                 tx.effect_scopes.add(scope)
                 self._register(tx, self._order_scope(scope))
         effect.seq = self._tick()
@@ -286,6 +289,8 @@ class TransactionManager:
             if found:
                 tx.state = next_state(txid, tx.state, TxEvent.WAIT)
                 return self._wait(tx, found)
+        if tx.group is not None and tx.group in self._won:
+            return self.abort(txid, AbortSource.LOSING_SPECULATION, f"{tx.group} has a winner")
         if self.options.abort_on_stale:
             for scope, seen in tx.reads.items():
                 if self._real.last_write_seq(scope) > seen:
@@ -293,6 +298,8 @@ class TransactionManager:
                         txid, AbortSource.STALE_READ, f"{scope} was written after it was read"
                     )
         tx.state = next_state(txid, tx.state, TxEvent.COMMIT)
+        if tx.group is not None:
+            self._won.add(tx.group)
         commit_seq = self._tick()
         for scope in tx.reads:
             self._real.stamp(scope, tx.epoch, write=False)
@@ -313,8 +320,9 @@ class TransactionManager:
     def abort(self, txid: int, source: AbortSource | str, detail: str = "") -> AbortPlan:
         """Abort: drop what never left, compensate externalised effects in reverse order."""
         tx = self.get(txid)
+        source = AbortSource(source)  # a bad source must not leave the state changed
         tx.state = next_state(txid, tx.state, TxEvent.ABORT)
-        tx.abort_source = AbortSource(source)
+        tx.abort_source = source
         tx.abort_detail = detail
         compensate = tuple(
             e for e in reversed(tx.effects) if e.effect_class is EffectClass.REVERSIBLE
@@ -329,6 +337,8 @@ class TransactionManager:
         members = self._groups.get(group, [])
         if winner not in members:
             raise UnknownTransaction(f"transaction {winner} is not a branch of group {group!r}")
+        if self._txs[winner].state is TxState.COMMITTED:
+            raise IllegalTransition(winner, TxState.COMMITTED.value, "resolve")
         losers = []
         for txid in members:
             tx = self._txs[txid]
@@ -366,6 +376,12 @@ class TransactionManager:
             self._order.unregister(scope, tx)
         for scope in tx.eager_scopes:
             self._real.unregister(scope, tx)
+        if tx.state is TxState.COMMITTED:
+            # Buffered and gated effects landed while the driver carried out the plan, after
+            # try_commit: a read since then saw the old value, so it is stale.
+            landed = self._tick()
+            for scope in tx.effect_scopes.difference(tx.eager_scopes):
+                self._real.stamp(scope, tx.epoch, write=True, visible_seq=landed)
         if residue:
             seq = self._tick()
             for effect in residue:
@@ -376,6 +392,7 @@ class TransactionManager:
             members = self._groups.get(tx.group)
             if members is not None and all(self._txs[m].finished for m in members):
                 del self._groups[tx.group]
+                self._won.discard(tx.group)
         committed = tx.state is TxState.COMMITTED
         failed = {e.key for e in failed_applies}
         keys = [e.key for e in tx.effects]
@@ -416,4 +433,7 @@ class TransactionManager:
         tx = self.get(txid)
         if not tx.finished:
             raise IllegalTransition(txid, tx.state.value, "forget")
+        members = self._groups.get(tx.group) if tx.group is not None else None
+        if members is not None and txid in members:
+            members.remove(txid)
         del self._txs[txid]

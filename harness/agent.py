@@ -33,7 +33,12 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """A plan of steps settled as one transaction; `veto` aborts it just before commit.
+    """A plan of steps settled as one transaction.
+
+    `veto` aborts it just before commit (a pre-commit veto); `abort_source` does the same
+    with another source (a selector dropping a losing branch). `validate` lists read steps
+    the agent re-runs before committing: if one returns something else now, the plan was
+    made on stale data and the agent aborts with `stale_read`.
 
     `footprint` declares scopes the plan may touch beyond what its static steps show (steps
     whose arguments depend on earlier results); lock-up-front mechanisms use it.
@@ -43,6 +48,8 @@ class Task:
     steps: tuple[Step, ...]
     veto: bool = False
     footprint: tuple[str, ...] = ()
+    abort_source: AbortSource | None = None
+    validate: tuple[int, ...] = ()
 
 
 def declared_scopes(task: Task, tools: Mapping[str, ToolDef], env: TrialEnv) -> list[str]:
@@ -65,6 +72,9 @@ class AgentPolicy:
     max_attempts: int = 4
     plan_delay_ms: tuple[float, float] = (0.0, 0.0)
     replan_backoff_ms: float = 10.0
+    # False: a tool's own refusal is a result the agent reads and moves on from (as an LLM
+    # agent reads an error message); True: it fails the step.
+    tool_errors_fatal: bool = True
 
 
 @dataclass(slots=True)
@@ -88,6 +98,10 @@ class AgentOutcome:
 class StepFailed(Exception):
     """A step kept failing after its retries, or the tool refused it."""
 
+    def __init__(self, message: str, source: AbortSource = AbortSource.TOOL_FAILURE) -> None:
+        super().__init__(message)
+        self.source = source
+
 
 async def _call_with_retries(
     session: ModeSession, call: ToolCall, policy: AgentPolicy
@@ -99,8 +113,11 @@ async def _call_with_retries(
         except faults.ToolFault as exc:
             last = exc
         except ToolError as exc:
+            if not policy.tool_errors_fatal:
+                return {"error": str(exc)}
             raise StepFailed(f"{call.name}: {exc}") from exc
-    raise StepFailed(f"{call.name}: {last}") from last
+    source = AbortSource.TIMEOUT if isinstance(last, faults.ToolTimeout) else AbortSource.TOOL_FAILURE
+    raise StepFailed(f"{call.name}: {last}", source) from last
 
 
 async def run_agent(
@@ -136,10 +153,19 @@ async def run_agent(
                 call = ToolCall(tools[step.tool], args, op_id=f"{ctx.agent}/{task.task_id}/{index}")
                 memory[step.save_as or f"step{index}"] = await _call_with_retries(session, call, policy)
                 session.checkpoint(index + 1, memory)
-            if task.veto:
-                await session.abort(AbortSource.PRE_COMMIT_VETO, "the agent vetoed before commit")
+            for index in task.validate:
+                step = task.steps[index]
+                args = step.args(memory) if callable(step.args) else dict(step.args)
+                again = ToolCall(tools[step.tool], args, op_id=f"{ctx.agent}/{task.task_id}/v{index}")
+                if await _call_with_retries(session, again, policy) != memory[step.save_as or f"step{index}"]:
+                    detail = f"step {index} reads something else now"
+                    await session.abort(AbortSource.STALE_READ, detail)
+                    raise Aborted(AbortSource.STALE_READ, detail, retryable=False)
+            stop = task.abort_source or (AbortSource.PRE_COMMIT_VETO if task.veto else None)
+            if stop is not None:
+                await session.abort(stop, "the agent dropped the plan before commit")
                 outcome.vetoed = True
-                outcome.aborts.append(AbortSource.PRE_COMMIT_VETO.value)
+                outcome.aborts.append(stop.value)
                 break
             await session.commit()
             outcome.committed = True
@@ -156,8 +182,8 @@ async def run_agent(
         except StepFailed as exc:
             outcome.failure = str(exc)
             try:
-                await session.abort(AbortSource.TOOL_FAILURE, str(exc))
-                outcome.aborts.append(AbortSource.TOOL_FAILURE.value)
+                await session.abort(exc.source, str(exc))
+                outcome.aborts.append(exc.source.value)
             except Aborted as again:
                 outcome.aborts.append(again.source.value)
             resume = session.restore()

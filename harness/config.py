@@ -161,8 +161,17 @@ def get_dotted(data: Mapping[str, Any], key: str) -> Any:
     return node
 
 
-def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None) -> ExperimentConfig:
-    """Read and validate a config file; raise ConfigError naming file and key on any problem."""
+def load_config(
+    path: str | Path,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    grid: Mapping[str, list[Any]] | None = None,
+) -> ExperimentConfig:
+    """Read and validate a config file; raise ConfigError naming file and key on any problem.
+
+    `overrides` set dotted keys; `grid` adds (or replaces) grid keys. Both apply before
+    validation.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -180,6 +189,9 @@ def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None)
             set_dotted(data, key, value)
         except KeyError as exc:
             raise ConfigError(path, [str(exc)]) from None
+    base = data.get("grid")
+    if grid and (base is None or isinstance(base, dict)):  # a broken grid is left to validation
+        data["grid"] = {**(base or {}), **grid}
     return validate_config(data, path)
 
 
@@ -197,6 +209,19 @@ def validate_config(data: dict[str, Any], path: str | Path = "<config>") -> Expe
             problems.extend(_problems(exc, prefix=f"cell [{label}]: "))
         except KeyError as exc:
             problems.append(f"cell: {exc.args[0]}")
+    from harness.workloads import get_workload
+
+    workload = get_workload(config.workload)
+    check = getattr(workload, "check", None)
+    if check is not None:
+        for cell in expand_cells(config):
+            try:
+                check(cell_config(config, cell).params)
+            except (ValueError, KeyError) as exc:
+                problems.append(str(exc))
+                break
+            except ValidationError:
+                break  # already reported above
     names = {t.name for t in config.report.tables}
     for i, plot in enumerate(config.report.plots):
         if plot.table not in names:
@@ -220,9 +245,14 @@ def cell_config(config: ExperimentConfig, cell: Mapping[str, Any]) -> Experiment
     """The config with one cell's overrides applied (validated)."""
     data = config.model_dump(mode="json")
     for key, value in cell.items():
+        if key == CELL_LABEL:
+            continue
         set_dotted(data, key, copy.deepcopy(value))
     data["grid"], data["cells"] = {}, []
     return ExperimentConfig.model_validate(data)
+
+
+CELL_LABEL = "label"  # a cell key that names the cell instead of overriding a config key
 
 
 def cell_label(config: ExperimentConfig, key: str) -> str:
@@ -232,6 +262,8 @@ def cell_label(config: ExperimentConfig, key: str) -> str:
 def cell_id(config: ExperimentConfig, cell: Mapping[str, Any]) -> str:
     if not cell:
         return "all"
+    if CELL_LABEL in cell:
+        return f"{cell_label(config, CELL_LABEL)}={_short(cell[CELL_LABEL])}"
     return ",".join(f"{cell_label(config, k)}={_short(v)}" for k, v in cell.items())
 
 

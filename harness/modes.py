@@ -25,6 +25,15 @@ from harness.tooling import ToolCall
 MODE_MODULES: tuple[str, ...] = (
     "harness.tx_mode",
     "baselines.no_tx",
+    "baselines.retry_only",
+    "baselines.saga",
+    "baselines.tcc",
+    "baselines.checkpoint_replay",
+    "baselines.no_frontier",
+    "baselines.mutex_wal",
+    "baselines.workflow_lock",
+    "baselines.per_call_lock",
+    "baselines.occ",
 )
 
 

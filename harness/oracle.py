@@ -59,16 +59,18 @@ def duplicates(ops: Sequence[Op]) -> int:
 
 
 def residue(ops: Sequence[Op], committed: set[tuple[str, int]]) -> int:
-    """Effects of attempts that did not commit and are still applied (no undo after them)."""
-    net: dict[tuple[str, int, str, str], int] = defaultdict(int)
+    """Effects of attempts that did not commit and are still applied: per attempt, logical
+    call and scope, the last real mutation is an application, not an undo. (An undo restores
+    a before-image, so one undo after a duplicated application still restores the scope.)"""
+    last: dict[tuple[str, int, str, str], bool] = {}
     for op in ops:
         who = _attempt(op)
         if who is None or who in committed or op.kind not in MUTATIONS:
             continue
         if op.meta.get("read"):
             continue
-        net[(*who, str(op.meta.get("op")), op.scope)] += -1 if op.meta.get("undo") else 1
-    return sum(1 for n in net.values() if n > 0)
+        last[(*who, str(op.meta.get("op")), op.scope)] = not op.meta.get("undo")
+    return sum(1 for applied in last.values() if applied)
 
 
 def leaks(messages: Iterable[Mapping[str, Any]], committed: set[tuple[str, int]]) -> int:

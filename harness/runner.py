@@ -13,6 +13,7 @@ import datetime as _dt
 import json
 import multiprocessing
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -133,13 +134,19 @@ def _worker(spec: TrialSpec) -> dict[str, Any]:
     return run_trial(spec)
 
 
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches the whole process group: let the parent alone handle it (it marks the
+    # run interrupted and terminates the pool), so workers do not print tracebacks.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _results(specs: list[TrialSpec], jobs: int) -> Iterator[dict[str, Any]]:
     if jobs <= 1 or len(specs) <= 1:
         for spec in specs:
             yield run_trial(spec)
         return
     ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    with ctx.Pool(jobs) as pool:
+    with ctx.Pool(jobs, initializer=_ignore_sigint) as pool:
         # Chunks keep a trial's modes together, so a worker reuses that trial's goal state.
         chunk = max(1, min(16, len(specs) // (jobs * 8) or 1))
         yield from pool.imap_unordered(_worker, specs, chunksize=chunk)
@@ -152,8 +159,13 @@ def run(
     jobs: int = 1,
     resume: Path | None = None,
     progress: Callable[[int, int, dict[str, Any] | None], None] | None = None,
+    on_start: Callable[[Path], None] | None = None,
 ) -> RunResult:
-    """Run (or resume) an experiment and return where its records are."""
+    """Run (or resume) an experiment and return where its records are.
+
+    `on_start(run_dir)` is called once the run directory exists, before any trial runs
+    (so a caller can say where an interrupted run lives).
+    """
     from atomix import __version__
 
     specs = plan(config)
@@ -195,6 +207,8 @@ def run(
     if resume is not None:
         manifest["resumed_at"].append(_now())
     _write_manifest(run_dir, manifest)
+    if on_start:
+        on_start(run_dir)
     start = time.perf_counter()
     ran = 0
     if progress:

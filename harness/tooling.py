@@ -39,6 +39,7 @@ class ToolDef:
     undo: Callable[[TrialEnv, dict[str, Any], Any, Delivery], None] | None = None
     check: Callable[[TrialEnv, dict[str, Any]], None] | None = None
     idempotent: bool = False  # applying it twice leaves the same state (a blind overwrite)
+    key: Callable[[dict[str, Any]], str] | None = None  # the tool's part of an idempotency key
 
     def __post_init__(self) -> None:
         if self.effect is not None and self.effect is not EffectClass.IRREVERSIBLE:

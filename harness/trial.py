@@ -124,6 +124,7 @@ def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]
         n = max(1, len(outcomes))
         metrics = {
             **verdict.as_dict(),
+            "leaked": verdict.leaks > 0,
             "committed": sum(o.committed for o in outcomes),
             "agents": len(outcomes),
             "attempts": sum(o.attempts for o in outcomes),
@@ -149,6 +150,7 @@ def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]
                  "aborts": o.aborts, "failure": o.failure, "blocked_ms": o.blocked_ms}
                 for o in outcomes
             ],
+            "final": scenario.final(env) if scenario.final is not None else {},
             "timings": {"wall_s": time.perf_counter() - wall},
         }
     finally:

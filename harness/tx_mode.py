@@ -106,7 +106,7 @@ class TxModeSession(ModeSession):
         if tool.effect is None:
             delivery = Delivery(None, ctx.meta(call.op_id, read=True))
             return await self._drive(_run(lambda: boundary.deliver(site, lambda: tool.run(env, args, delivery))))
-        key = tx.key(tool.name, call.op_id)
+        key = tx.key(tool.name, tool.key(args) if tool.key is not None else call.op_id)
         scopes = tuple(self.trial.co.core.scope(s) for s in tool.writes(env, args))
         delivery = Delivery(key, ctx.meta(call.op_id, epoch=tx.epoch, idem=tool.idempotent))
         if tool.effect is EffectClass.REVERSIBLE:

@@ -8,6 +8,9 @@ from typing import Any
 WORKLOADS: dict[str, tuple[str, str]] = {
     # name: (module, class)
     "synthetic": ("harness.workloads.synthetic", "SyntheticWorkload"),
+    "tau_retail": ("harness.workloads.retail.workload", "TauRetailWorkload"),
+    "tau_contention": ("harness.workloads.retail.workload", "TauContentionWorkload"),
+    "leakage": ("harness.workloads.leakage", "LeakageWorkload"),
 }
 
 

@@ -26,6 +26,7 @@ class Scenario:
     invariants: Callable[[TrialEnv, list[AgentOutcome]], int] | None = None
     policy: AgentPolicy = field(default_factory=AgentPolicy)
     start_offsets_ms: list[float] | None = None
+    final: Callable[[TrialEnv], dict[str, Any]] | None = None  # extra facts for the record
     info: dict[str, Any] = field(default_factory=dict)
 
 

@@ -1,0 +1,71 @@
+"""`retry-only`: direct tool calls wrapped in a bounded retry with exponential backoff.
+
+Mechanism: like no-tx (no idempotency keys; commit and abort do nothing), but the session
+retries a call that raised an injected fault (F1, F2 or F5) up to `settings.step_retries` (3)
+more times, sleeping 20, 40, 80 ms on the virtual clock in between, before the fault reaches
+the agent (whose own step retries come on top). A tool's own refusal is not retried.
+Known failures: duplicates after an ambiguous failure (the retry re-applies an effect that had
+landed) or a duplicated delivery, partial effects when a step finally fails, leaked
+irreversible sends, lost updates under contention.
+Versus the paper: with Bernoulli faults drawn per call site and occurrence, the wrapper's
+retries meet the same draws the agent's step retries would, so on the single-agent synthetic
+workload its clean rates equal no-tx's; the retries cost virtual time, not cleanliness.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from atomix.effects import AbortSource
+from harness import faults
+from harness.clock import Sleep, VirtualClock
+from harness.modes import AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.substrates import TrialEnv
+from harness.tooling import Delivery, ToolCall
+
+
+class RetrySession(ModeSession):
+    """Executes each call at once, without keys, retrying injected faults with backoff.
+
+    Guarantees only that a transient fault is retried a bounded number of times; nothing is
+    committed, undone or deduplicated.
+    """
+
+    async def call(self, call: ToolCall) -> Any:
+        ctx, tool, args = self.ctx, call.tool, call.args
+        if tool.effect is None:
+            meta = ctx.meta(call.op_id, read=True)
+        else:
+            meta = ctx.meta(call.op_id, idem=tool.idempotent)
+        delivery = Delivery(None, meta)
+        retries = ctx.settings.step_retries
+        for attempt in range(retries + 1):
+            try:
+                return ctx.boundary.deliver(call.op_id, lambda: tool.run(ctx.env, args, delivery))
+            except faults.ToolFault:
+                # The caller cannot tell F1 from F2 (that is the point of "ambiguous"), so a
+                # retry wrapper retries both; the re-application after F2 is its known failure.
+                if attempt == retries:
+                    raise
+            finally:
+                await ctx.boundary.pay()
+            await Sleep(ctx.settings.backoff_ms * 2**attempt)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    async def commit(self) -> None:
+        return None
+
+    async def abort(self, source: AbortSource | str, detail: str = "") -> None:
+        return None
+
+
+class RetryOnlyTrial(TrialMode):
+    def session(self, ctx: AgentContext) -> RetrySession:
+        return RetrySession(self, ctx)
+
+
+def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> RetryOnlyTrial:
+    return RetryOnlyTrial(env, clock, settings)
+
+
+register("retry-only", "direct tool calls with bounded retries and exponential backoff", _factory)

@@ -1,0 +1,126 @@
+"""`tcc`: try / confirm / cancel per call; every confirm is sent when the agent commits.
+
+Mechanism: reads run at once. An effect-bearing call is *tried*: a round trip delivering the
+tool's `check` (validate, no effect) or a no-op, answered by an acknowledgement. Commit
+*confirms* the tried calls in order, each under its own idempotency key, retried up to
+`settings.apply_attempts` (3, Atomix's apply bound) times; a confirm that still fails stops
+the rest, those confirmed stay, and the transaction aborts (not retryably). Abort *cancels*.
+The substrates have no reservation primitive, so a try holds nothing and a cancel needs no
+round trip; a confirm can thus fail a precondition that held at try time (a slot filled
+meanwhile) where a service with real reservations would have refused the try instead.
+Known failures: partial commit when a confirm fails after others were confirmed; lost updates
+and stale plans under contention (confirms are neither ordered per resource nor validated
+against what was read); no read-your-writes inside a transaction.
+Versus the paper: single-agent synthetic runs are clean under F1, F2 and F4 alike (keys make
+confirms idempotent); the paper's lower TCC figures come from contended and real-LLM workloads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from atomix.effects import AbortSource
+from atomix.tools import Ack
+from harness import faults
+from harness.clock import Sleep, VirtualClock
+from harness.modes import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.substrates import TrialEnv
+from harness.tooling import Delivery, ToolCall, ToolError
+
+
+@dataclass(frozen=True, slots=True)
+class Tried:
+    """A call that passed its try: what to confirm, under which idempotency key."""
+
+    call: ToolCall
+    key: str
+
+
+class TccSession(ModeSession):
+    """Try at call time, confirm at commit, cancel at abort.
+
+    Guarantees: no effect-bearing call reaches a substrate before commit; an aborted
+    transaction applies and sends nothing; each confirm applies at most once (by key) however
+    often it is retried or delivered. It does not guarantee all-or-nothing at commit.
+    """
+
+    def __init__(self, trial: TrialMode, ctx: AgentContext) -> None:
+        super().__init__(trial, ctx)
+        # Keyed by the logical call, so a step the agent retried after a faulted try is
+        # confirmed once; dicts keep insertion order, which is the confirm order.
+        self.tried: dict[str, Tried] = {}
+
+    async def call(self, call: ToolCall) -> Any:
+        ctx, tool, args, site = self.ctx, call.tool, call.args, call.op_id
+        env, boundary = ctx.env, ctx.boundary
+        if tool.effect is None:
+            read = Delivery(None, ctx.meta(site, read=True))
+            try:
+                return boundary.deliver(site, lambda: tool.run(env, args, read))
+            finally:
+                await boundary.pay()
+        check = tool.check
+        try:
+            # The try is a real round trip to the service, so it can fault like any call.
+            boundary.deliver(site, (lambda: check(env, args)) if check is not None else _no_op)
+        finally:
+            await boundary.pay()
+        key = f"{ctx.trace}:{site}"
+        self.tried[site] = Tried(call, key)
+        return Ack("tried", key, tool.name)
+
+    async def commit(self) -> None:
+        pending, self.tried = list(self.tried.values()), {}
+        for index, tried in enumerate(pending):
+            try:
+                await self._confirm(tried)
+            except (faults.ToolFault, ToolError) as exc:
+                left = len(pending) - index - 1
+                raise Aborted(
+                    AbortSource.TOOL_FAILURE,
+                    f"confirm of {tried.call.op_id} failed ({exc}); {index} confirmed stay, "
+                    f"{left} not sent",
+                    retryable=False,
+                ) from exc
+
+    async def _confirm(self, tried: Tried) -> None:
+        ctx, call = self.ctx, tried.call
+        tool, args = call.tool, call.args
+        delivery = Delivery(tried.key, ctx.meta(call.op_id, idem=tool.idempotent))
+        attempts = ctx.settings.apply_attempts
+        for attempt in range(attempts):
+            try:
+                ctx.boundary.deliver(call.op_id, lambda: tool.run(ctx.env, args, delivery))
+                return
+            except faults.ToolFault:
+                # Safe to resend: the key makes the substrate apply the confirm at most once.
+                if attempt == attempts - 1:
+                    raise
+            finally:
+                await ctx.boundary.pay()
+            await Sleep(ctx.settings.backoff_ms * 2**attempt)
+
+    async def abort(self, source: AbortSource | str, detail: str = "") -> None:
+        # Cancel: a try reserved nothing on these substrates, so dropping it releases it.
+        self.tried.clear()
+
+
+def _no_op() -> None:
+    return None
+
+
+class TccTrial(TrialMode):
+    def session(self, ctx: AgentContext) -> TccSession:
+        return TccSession(self, ctx)
+
+
+def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> TccTrial:
+    return TccTrial(env, clock, settings)
+
+
+register(
+    "tcc",
+    "try (reserve) / confirm / cancel per call; confirm at commit; no per-resource ordering",
+    _factory,
+)

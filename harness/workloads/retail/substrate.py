@@ -1,0 +1,152 @@
+"""The tau2 retail DB as a trial substrate, and its tools as harness tools.
+
+Every retail call of every mode goes through `RetailStore.call`, which runs the tool with
+tau2's semantics on the trial's own copy of the DB, deduplicates by idempotency key, and
+writes the op log (reads and writes per scope) below all mechanisms.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from atomix.adapters import OpLog
+from atomix.effects import EffectClass
+from harness.substrates import TrialEnv
+from harness.tooling import Delivery, ToolDef, ToolError
+from harness.workloads.retail.data import db_sha256
+from harness.workloads.retail.tools import (
+    TOOLS,
+    RetailTool,
+    RetailToolError,
+    call_tool,
+    order_key,
+    restore,
+    snapshot,
+)
+
+SUBSTRATE = "retail"
+# Writes that set fields to given values: applying one twice leaves the same DB.
+_BLIND_OVERWRITES = frozenset({"modify_pending_order_address", "modify_user_address"})
+
+
+class RetailStore:
+    """One trial's retail DB. A call with a key already applied returns the first result and
+    changes nothing; a refused call (tau2's own error) changes nothing either."""
+
+    def __init__(self, db: dict[str, Any], oplog: OpLog | None = None) -> None:
+        self.db = db
+        self._oplog = oplog
+        self._results: dict[str, Any] = {}
+        self._sha: str | None = None  # hashing 2.8 MB of JSON is the costliest read; cache it
+
+    def _log(self, scope: str, kind: str, key: str | None, meta: Mapping[str, Any] | None) -> None:
+        if self._oplog is not None:
+            self._oplog.append(SUBSTRATE, scope, kind, key=key, meta=meta)
+
+    def call(self, name: str, args: dict[str, Any], *, key: str | None, meta: Mapping[str, Any]) -> Any:
+        tool = TOOLS[name]
+        reads, writes = tool.scopes(self.db, args)
+        if key is not None and key in self._results:
+            for scope in writes:
+                self._log(scope, "dedup", key, meta)
+            return copy.deepcopy(self._results[key])
+        try:
+            result = call_tool(self.db, name, args)
+        except RetailToolError as exc:
+            raise ToolError(str(exc)) from exc
+        for scope in reads:
+            self._log(scope, "read", None, meta)
+        if writes:
+            self._sha = None
+        for scope in writes:
+            self._log(scope, "write", key, meta)
+        if key is not None and writes:
+            self._results[key] = copy.deepcopy(result)
+        return result
+
+    def check(self, name: str, args: dict[str, Any]) -> None:
+        """Validate a write's preconditions without changing anything (a TCC try)."""
+        tool = TOOLS[name]
+        reads, writes = tool.scopes(self.db, args)
+        scratch = {
+            "products": self.db["products"],  # the retail tools never modify products
+            "orders": dict(self.db["orders"]),
+            "users": dict(self.db["users"]),
+        }
+        for table, record_id in _records(self.db, [*reads, *writes]):
+            if record_id in self.db[table]:
+                scratch[table][record_id] = copy.deepcopy(self.db[table][record_id])
+        try:
+            call_tool(scratch, name, args)
+        except RetailToolError as exc:
+            raise ToolError(str(exc)) from exc
+
+    def before(self, write_scopes: list[str]) -> dict[str, Any]:
+        return snapshot(self.db, write_scopes)
+
+    def restore(self, before: dict[str, Any], meta: Mapping[str, Any]) -> None:
+        restore(self.db, before)
+        self._sha = None
+        for scope in _scopes_of(before):
+            self._log(scope, "write", None, meta)
+
+    def snapshot(self) -> dict[str, Any]:
+        if self._sha is None:
+            self._sha = db_sha256(self.db)
+        return {"db_sha256": self._sha}
+
+
+def _records(db: dict[str, Any], scopes: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for scope in scopes:
+        parts = scope.split(":")
+        if len(parts) == 3 and parts[1] in ("order", "user"):
+            out.append(({"order": "orders", "user": "users"}[parts[1]], parts[2]))
+    return out
+
+
+def _scopes_of(before: dict[str, Any]) -> list[str]:
+    kinds = {"orders": "order", "users": "user"}
+    out = []
+    for key in before:
+        table, record_id = key if isinstance(key, tuple) else (None, None)
+        if table in kinds:
+            out.append(f"retail:{kinds[table]}:{record_id}")
+    return out
+
+
+def store(env: TrialEnv) -> RetailStore:
+    return env.extra["retail"]
+
+
+def _tooldef(rt: RetailTool) -> ToolDef:
+    name = rt.name
+
+    def reads(env: TrialEnv, a: dict[str, Any]) -> list[str]:
+        return rt.scopes(store(env).db, a)[0]
+
+    def writes(env: TrialEnv, a: dict[str, Any]) -> list[str]:
+        return rt.scopes(store(env).db, a)[1]
+
+    def run(env: TrialEnv, a: dict[str, Any], d: Delivery) -> Any:
+        return store(env).call(name, a, key=d.key, meta=d.meta)
+
+    if not rt.writes:
+        return ToolDef(name, None, reads, lambda env, a: [], run)
+    return ToolDef(
+        name,
+        EffectClass.REVERSIBLE,
+        reads,
+        writes,
+        run,
+        before=lambda env, a: store(env).before(writes(env, a)),
+        undo=lambda env, a, before, d: store(env).restore(before, d.meta),
+        check=lambda env, a: store(env).check(name, a),
+        key=lambda a: order_key(name, a),
+        idempotent=name in _BLIND_OVERWRITES,
+    )
+
+
+RETAIL_TOOLS: dict[str, ToolDef] = {name: _tooldef(rt) for name, rt in TOOLS.items()}

@@ -1,0 +1,229 @@
+"""tau2-bench retail workloads: real tasks under faults, and multi-agent contention.
+
+`tau_retail`: one agent per trial performs one task's gold action list (reads included) on
+the trial's own copy of the real retail DB. The goal state is the DB obtained by applying
+the gold actions to a fresh DB with no faults and no mode; a trial is clean when the final
+DB equals it (compared by `db_sha256`) and the oracle finds nothing else wrong.
+
+`tau_contention`: n agents run read-modify-write workflows on pending retail orders (each
+reads an order, thinks for a seeded plan delay, then rewrites the order's address from what
+it read). With `disjoint: false` they are forced to overlap on `contended` orders; with
+`disjoint: true` every agent has an order of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from harness.agent import AgentOutcome, AgentPolicy, Step, Task
+from harness.substrates import TrialEnv
+from harness.workloads.base import Scenario
+from harness.workloads.retail.data import RetailData, RetailDataError, fresh_db, load_retail
+from harness.workloads.retail.substrate import RETAIL_TOOLS, RetailStore
+from harness.workloads.retail.tasks import goal_db, gold_actions, select_tasks
+
+_EMPTY = {"buffer": {}, "files": {}, "db": {}, "mailbox": []}
+
+
+@functools.lru_cache(maxsize=8)
+def _data(data_dir: str | None) -> RetailData:
+    return load_retail(data_dir)
+
+
+@functools.lru_cache(maxsize=256)
+def _goal_sha(data_dir: str | None, task_id: str) -> str:
+    data = _data(data_dir)
+    task = next(t for t in data.tasks if t["id"] == task_id)
+    return goal_db(data, task).sha256
+
+
+def _setup(data: RetailData):  # noqa: ANN202 - a closure over the loaded data
+    def setup(env: TrialEnv) -> None:
+        env.extra["retail"] = RetailStore(fresh_db(data), env.oplog)
+
+    return setup
+
+
+def _final(env: TrialEnv) -> dict[str, Any]:
+    return {"db_sha256": env.extra["retail"].snapshot()["db_sha256"]}
+
+
+def _check_data(params: Mapping[str, Any]) -> RetailData:
+    data_dir = params.get("data_dir")
+    try:
+        return _data(data_dir)
+    except RetailDataError as exc:
+        raise ValueError(f"params.data_dir: {exc}") from None
+
+
+class TauRetailWorkload:
+    """Real tau2 retail tasks performed by their gold action lists."""
+
+    name = "tau_retail"
+    description = "tau2-bench retail: one task's gold actions per trial on the real DB"
+    tools = RETAIL_TOOLS
+
+    def check(self, params: Mapping[str, Any]) -> None:
+        """Config-time validation of `params` (split, sample, data directory)."""
+        unknown = set(params) - {"data_dir", "split", "sample", "task_seed", "step_retries"}
+        if unknown:
+            raise ValueError(f"params: unknown key(s) {sorted(unknown)}; allowed: data_dir, split, sample, task_seed, step_retries")
+        _check_data(params)
+        try:
+            self.tasks(params)
+        except ValueError as exc:
+            raise ValueError(f"params.split/params.sample: {exc}") from None
+
+    def tasks(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        data = _data(params.get("data_dir"))
+        return select_tasks(
+            data,
+            split=params.get("split", "test"),
+            sample=params.get("sample", 30),
+            seed=int(params.get("task_seed", 0)),
+        )
+
+    def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
+        data_dir = params.get("data_dir")
+        data = _data(data_dir)
+        tasks = self.tasks(params)
+        task = tasks[trial % len(tasks)]
+        steps = tuple(Step(a["name"], a["arguments"]) for a in gold_actions(task))
+        goal = _goal_sha(data_dir, task["id"])
+        return Scenario(
+            tasks=[Task(f"task{task['id']}", steps)],
+            setup=_setup(data),
+            expected=lambda: {**_EMPTY, "retail": {"db_sha256": goal}},
+            policy=AgentPolicy(
+                step_retries=int(params.get("step_retries", 2)), tool_errors_fatal=False
+            ),
+            final=_final,
+            info={"task_id": task["id"]},
+        )
+
+
+def _pending_orders(data: RetailData) -> list[str]:
+    return sorted(o for o, rec in data.db["orders"].items() if rec["status"] == "pending")
+
+
+def _rmw_args(order_id: str, tag: str):  # noqa: ANN202
+    def args(memory: dict[str, Any]) -> dict[str, Any]:
+        address = memory["order"]["address"]
+        return {
+            "order_id": order_id,
+            "address1": address["address1"],
+            "address2": f"{address['address2']} [{tag}]",
+            "city": address["city"],
+            "state": address["state"],
+            "country": address["country"],
+            "zip": address["zip"],
+        }
+
+    return args
+
+
+def _money(db: dict[str, Any]) -> tuple[float, int]:
+    """Gift-card money in the system (balances plus net gift-card payments on orders) and the
+    number of pending orders whose payments do not sum to their items' prices."""
+    gift_ids = set()
+    total = 0.0
+    for user in db["users"].values():
+        for method in user["payment_methods"].values():
+            if method.get("source") == "gift_card":
+                gift_ids.add(method["id"])
+                total += float(method.get("balance", 0))
+    inconsistent = 0
+    for order in db["orders"].values():
+        net = 0.0
+        for p in order["payment_history"]:
+            amount = p["amount"] if p["transaction_type"] == "payment" else -p["amount"]
+            net += amount
+            if p["payment_method_id"] in gift_ids:
+                total += amount
+        if order["status"].startswith("pending"):
+            if abs(net - sum(i["price"] for i in order["items"])) > 0.01:
+                inconsistent += 1
+    return round(total, 2), inconsistent
+
+
+class TauContentionWorkload:
+    """Multi-agent read-modify-write workflows on real retail orders (paper Tables 1, 10, 11)."""
+
+    name = "tau_contention"
+    description = "n agents read-modify-write retail orders, forced to overlap or disjoint"
+    tools = RETAIL_TOOLS
+
+    def check(self, params: Mapping[str, Any]) -> None:
+        allowed = {"data_dir", "agents", "disjoint", "contended", "plan_delay_ms", "step_retries", "max_attempts"}
+        unknown = set(params) - allowed
+        if unknown:
+            raise ValueError(f"params: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        data = _check_data(params)
+        agents, pool = int(params.get("agents", 4)), len(_pending_orders(data))
+        if not 1 <= agents <= pool:
+            raise ValueError(f"params.agents: must be between 1 and {pool} (pending orders), got {agents}")
+        if not 1 <= int(params.get("contended", 2)) <= pool:
+            raise ValueError(f"params.contended: must be between 1 and {pool}")
+        delay = params.get("plan_delay_ms", [20.0, 120.0])
+        if not (isinstance(delay, list | tuple) and len(delay) == 2 and 0 <= float(delay[0]) <= float(delay[1])):
+            raise ValueError(f"params.plan_delay_ms: must be [low, high] with 0 <= low <= high, got {delay!r}")
+
+    def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
+        data = _data(params.get("data_dir"))
+        agents = int(params.get("agents", 4))
+        disjoint = bool(params.get("disjoint", False))
+        contended = int(params.get("contended", 2))
+        lo, hi = params.get("plan_delay_ms", [20.0, 120.0])
+        pool = _pending_orders(data)
+        if agents > len(pool):
+            raise ValueError(f"params.agents: at most {len(pool)} agents (pending orders)")
+        picked = rng.sample(pool, agents if disjoint else contended)
+        orders = [picked[i] if disjoint else picked[i % contended] for i in range(agents)]
+        tasks = [
+            Task(
+                f"rmw{i}",
+                (
+                    Step("get_order_details", {"order_id": orders[i]}, save_as="order"),
+                    Step("modify_pending_order_address", _rmw_args(orders[i], f"a{i}")),
+                ),
+                footprint=(f"retail:order:{orders[i]}",),
+            )
+            for i in range(agents)
+        ]
+        initial = {o: data.db["orders"][o]["address"]["address2"] for o in set(orders)}
+        money_before, _ = _money(data.db)
+
+        def invariants(env: TrialEnv, outcomes: list[AgentOutcome]) -> int:
+            db = env.extra["retail"].db
+            violations = 0
+            committed = {o.agent for o in outcomes if o.committed}
+            for order_id in set(orders):
+                text = db["orders"][order_id]["address"]["address2"]
+                tail = text[len(initial[order_id]) :] if text.startswith(initial[order_id]) else text
+                for i, oid in enumerate(orders):
+                    if oid != order_id:
+                        continue
+                    count = tail.count(f"[a{i}]")
+                    expected = 1 if f"a{i}" in committed else 0
+                    violations += abs(count - expected)  # a lost update or a leaked one
+            money_after, inconsistent = _money(db)
+            violations += inconsistent + (abs(money_after - money_before) > 0.01)
+            return violations
+
+        return Scenario(
+            tasks=tasks,
+            setup=_setup(data),
+            expected=None,
+            invariants=invariants,
+            policy=AgentPolicy(
+                step_retries=int(params.get("step_retries", 2)),
+                max_attempts=int(params.get("max_attempts", 6)),
+                plan_delay_ms=(float(lo), float(hi)),
+                tool_errors_fatal=False,
+            ),
+            final=_final,
+            info={"orders": orders},
+        )
