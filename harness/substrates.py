@@ -13,7 +13,6 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,44 +68,60 @@ class BufferStore:
             return copy.deepcopy(self._data)
 
 
-@dataclass
 class TrialEnv:
-    """One trial's substrates in a fresh directory; `snapshot()` reads the ground truth."""
+    """One trial's substrates in a fresh directory; `snapshot()` reads the ground truth.
 
-    workdir: Path
-    oplog: OpLog
-    buffer: BufferStore
-    files: FileStore
-    db: SQLiteStore
-    mailbox: MailboxSink
-    extra: dict[str, Any] = field(default_factory=dict)
-    _owns_dir: bool = False
+    The file, SQLite and mailbox substrates are created on first use, so a workload that
+    never touches one pays nothing for it; an untouched substrate reads as empty.
+    """
+
+    def __init__(self, workdir: Path, *, owns_dir: bool = False) -> None:
+        self.workdir = workdir
+        self.oplog = OpLog()
+        self.buffer = BufferStore(self.oplog)
+        self.extra: dict[str, Any] = {}
+        self._owns_dir = owns_dir
+        self._files: FileStore | None = None
+        self._db: SQLiteStore | None = None
+        self._mailbox: MailboxSink | None = None
 
     @classmethod
     def create(cls, parent: Path | None = None) -> TrialEnv:
-        owns = parent is None
         workdir = Path(tempfile.mkdtemp(prefix="atomix-trial-", dir=parent))
-        oplog = OpLog()
-        return cls(
-            workdir=workdir,
-            oplog=oplog,
-            buffer=BufferStore(oplog),
-            files=FileStore(workdir / "files", oplog=oplog, durable=False),
-            db=SQLiteStore(workdir / "db.sqlite", oplog=oplog, durable=False),
-            mailbox=MailboxSink(workdir / "mailbox.jsonl", oplog=oplog),
-            _owns_dir=owns,
-        )
+        return cls(workdir, owns_dir=parent is None)
+
+    @property
+    def files(self) -> FileStore:
+        if self._files is None:
+            self._files = FileStore(self.workdir / "files", oplog=self.oplog, durable=False)
+        return self._files
+
+    @property
+    def db(self) -> SQLiteStore:
+        if self._db is None:
+            self._db = SQLiteStore(self.workdir / "db.sqlite", oplog=self.oplog, durable=False)
+        return self._db
+
+    @property
+    def mailbox(self) -> MailboxSink:
+        if self._mailbox is None:
+            self._mailbox = MailboxSink(self.workdir / "mailbox.jsonl", oplog=self.oplog)
+        return self._mailbox
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The sink's own file, read back (empty if nothing was ever sent)."""
+        return self._mailbox.messages() if self._mailbox is not None else []
 
     def snapshot(self) -> dict[str, Any]:
         """Ground truth, read from the substrates themselves (files, db file, mailbox file)."""
-        files = {p: b.decode("utf-8", "replace") for p, b in sorted(self.files.snapshot().items())}
-        mail = [
-            {"to": m["to"], "subject": m["subject"], "body": m["body"]} for m in self.mailbox.messages()
-        ]
+        files = {}
+        if self._files is not None:
+            files = {p: b.decode("utf-8", "replace") for p, b in sorted(self._files.snapshot().items())}
+        mail = [{"to": m["to"], "subject": m["subject"], "body": m["body"]} for m in self.messages()]
         snap: dict[str, Any] = {
             "buffer": self.buffer.snapshot(),
             "files": files,
-            "db": self.db.snapshot(),
+            "db": self._db.snapshot() if self._db is not None else {},
             "mailbox": sorted(mail, key=lambda m: json.dumps(m, sort_keys=True)),
         }
         for name, sub in sorted(self.extra.items()):
@@ -115,7 +130,8 @@ class TrialEnv:
         return snap
 
     def close(self) -> None:
-        self.db.close()
+        if self._db is not None:
+            self._db.close()
         self.oplog.close()
         if self._owns_dir:
             shutil.rmtree(self.workdir, ignore_errors=True)

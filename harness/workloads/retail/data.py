@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RetailData", "RetailDataError", "db_sha256", "fresh_db", "load_retail"]
+__all__ = ["RecordHasher", "RetailData", "RetailDataError", "db_sha256", "fresh_db", "load_retail"]
 
 DB_FILE = "db.json"
 TASKS_FILE = "tasks.json"
@@ -132,7 +132,40 @@ def fresh_db(data: RetailData) -> dict[str, Any]:
             gc.enable()
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def db_sha256(db: dict[str, Any]) -> str:
     """sha256 hex of the canonical JSON of `db` (sorted keys, compact, UTF-8)."""
-    text = json.dumps(db, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(_canonical(db).encode("utf-8")).hexdigest()
+
+
+class RecordHasher:
+    """`db_sha256` of a DB that differs from a pristine one in known records, fast.
+
+    The canonical JSON of a two-level DB (tables of records) is the concatenation of its
+    records' canonical JSON in sorted key order, so records that did not change can reuse
+    their text from the pristine DB. The result is byte-for-byte `db_sha256(db)`.
+    """
+
+    def __init__(self, pristine: dict[str, Any]) -> None:
+        self._text = {
+            table: {rid: _canonical(rec) for rid, rec in records.items()}
+            for table, records in pristine.items()
+        }
+
+    def sha256(self, db: dict[str, Any], dirty: set[tuple[str, str]]) -> str:
+        digest = hashlib.sha256()
+        digest.update(b"{")
+        for t_index, table in enumerate(sorted(db)):
+            records = db[table]
+            cached = self._text.get(table, {})
+            parts = []
+            for rid in sorted(records):
+                text = cached.get(rid) if (table, rid) not in dirty else None
+                parts.append(f"{_canonical(rid)}:{text if text is not None else _canonical(records[rid])}")
+            head = ("," if t_index else "") + _canonical(table) + ":{"
+            digest.update((head + ",".join(parts) + "}").encode("utf-8"))
+        digest.update(b"}")
+        return digest.hexdigest()

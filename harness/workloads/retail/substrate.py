@@ -15,7 +15,7 @@ from atomix.adapters import OpLog
 from atomix.effects import EffectClass
 from harness.substrates import TrialEnv
 from harness.tooling import Delivery, ToolDef, ToolError
-from harness.workloads.retail.data import db_sha256
+from harness.workloads.retail.data import RecordHasher, db_sha256
 from harness.workloads.retail.tools import (
     TOOLS,
     RetailTool,
@@ -35,11 +35,15 @@ class RetailStore:
     """One trial's retail DB. A call with a key already applied returns the first result and
     changes nothing; a refused call (tau2's own error) changes nothing either."""
 
-    def __init__(self, db: dict[str, Any], oplog: OpLog | None = None) -> None:
+    def __init__(
+        self, db: dict[str, Any], oplog: OpLog | None = None, hasher: RecordHasher | None = None
+    ) -> None:
         self.db = db
         self._oplog = oplog
         self._results: dict[str, Any] = {}
         self._sha: str | None = None  # hashing 2.8 MB of JSON is the costliest read; cache it
+        self._hasher = hasher  # reuses the pristine DB's record texts for untouched records
+        self._dirty: set[tuple[str, str]] = set()
 
     def _log(self, scope: str, kind: str, key: str | None, meta: Mapping[str, Any] | None) -> None:
         if self._oplog is not None:
@@ -60,6 +64,7 @@ class RetailStore:
             self._log(scope, "read", None, meta)
         if writes:
             self._sha = None
+            self._dirty.update(_records(self.db, writes))
         for scope in writes:
             self._log(scope, "write", key, meta)
         if key is not None and writes:
@@ -89,12 +94,16 @@ class RetailStore:
     def restore(self, before: dict[str, Any], meta: Mapping[str, Any]) -> None:
         restore(self.db, before)
         self._sha = None
+        self._dirty.update(k for k in before if isinstance(k, tuple))
         for scope in _scopes_of(before):
             self._log(scope, "write", None, meta)
 
     def snapshot(self) -> dict[str, Any]:
         if self._sha is None:
-            self._sha = db_sha256(self.db)
+            if self._hasher is not None:
+                self._sha = self._hasher.sha256(self.db, self._dirty)
+            else:
+                self._sha = db_sha256(self.db)
         return {"db_sha256": self._sha}
 
 

@@ -21,7 +21,13 @@ from typing import Any
 from harness.agent import AgentOutcome, AgentPolicy, Step, Task
 from harness.substrates import TrialEnv
 from harness.workloads.base import Scenario
-from harness.workloads.retail.data import RetailData, RetailDataError, fresh_db, load_retail
+from harness.workloads.retail.data import (
+    RecordHasher,
+    RetailData,
+    RetailDataError,
+    fresh_db,
+    load_retail,
+)
 from harness.workloads.retail.substrate import RETAIL_TOOLS, RetailStore
 from harness.workloads.retail.tasks import goal_db, gold_actions, select_tasks
 
@@ -40,9 +46,14 @@ def _goal_sha(data_dir: str | None, task_id: str) -> str:
     return goal_db(data, task).sha256
 
 
+@functools.lru_cache(maxsize=8)
+def _hasher(data: RetailData) -> RecordHasher:
+    return RecordHasher(data.db)
+
+
 def _setup(data: RetailData):  # noqa: ANN202 - a closure over the loaded data
     def setup(env: TrialEnv) -> None:
-        env.extra["retail"] = RetailStore(fresh_db(data), env.oplog)
+        env.extra["retail"] = RetailStore(fresh_db(data), env.oplog, _hasher(data))
 
     return setup
 
@@ -125,6 +136,11 @@ def _rmw_args(order_id: str, tag: str):  # noqa: ANN202
     return args
 
 
+@functools.lru_cache(maxsize=8)
+def _initial_money(data: RetailData) -> float:
+    return _money(data.db)[0]
+
+
 def _money(db: dict[str, Any]) -> tuple[float, int]:
     """Gift-card money in the system (balances plus net gift-card payments on orders) and the
     number of pending orders whose payments do not sum to their items' prices."""
@@ -194,7 +210,7 @@ class TauContentionWorkload:
             for i in range(agents)
         ]
         initial = {o: data.db["orders"][o]["address"]["address2"] for o in set(orders)}
-        money_before, _ = _money(data.db)
+        money_before = _initial_money(data)
 
         def invariants(env: TrialEnv, outcomes: list[AgentOutcome]) -> int:
             db = env.extra["retail"].db

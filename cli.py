@@ -1,0 +1,550 @@
+"""The `atomix` command: run experiments, sweep parameters, rebuild reports, compare modes.
+
+Every command is a thin wrapper over `harness.config`, `harness.runner` and
+`harness.reporting`. Exit codes: 0 success, 2 a bad config / bad option / unusable run
+directory (nothing is written), 130 interrupted by Ctrl-C (finished trials are kept).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+import yaml
+from rich.console import Console
+from rich.measure import Measurement
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from harness import reporting
+from harness.config import ConfigError, ExperimentConfig, load_config
+from harness.report import Table, to_rich
+from harness.runner import RunError, RunResult
+from harness.runner import run as run_experiment
+
+app = typer.Typer(
+    name="atomix",
+    help="Atomix evaluation harness: run agent workloads under settlement modes with injected faults.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    epilog="Example: atomix run configs/synthetic_fault_class.yaml --trials 20; atomix list modes",
+)
+
+EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
+LIST_KINDS = ("configs", "modes", "workloads", "faults")
+
+
+def _out() -> Console:
+    # Built per call so that it writes to the current sys.stdout (tests swap it). A pipe gets
+    # a wide console, so tables are not squeezed to 80 columns.
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(width=200 if wide else None, highlight=False)
+
+
+def _err() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _fail(message: str, code: int = EXIT_CONFIG) -> NoReturn:
+    _err().print(Text(message, style="red"))
+    raise typer.Exit(code)
+
+
+def _jobs_default() -> int:
+    return min(os.cpu_count() or 1, 8)
+
+
+# --------------------------------------------------------------------------- options
+
+Trials = Annotated[
+    int | None,
+    typer.Option("--trials", min=1, help="Trials per cell and mode (overrides `trials`)."),
+]
+Seed = Annotated[int | None, typer.Option("--seed", help="Base seed (overrides `seed`).")]
+Jobs = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs", "-j", min=1, help="Worker processes (default: the number of CPUs, at most 8)."
+    ),
+]
+Modes = Annotated[
+    str | None, typer.Option("--modes", help="Comma-separated modes (overrides `modes`).")
+]
+Out = Annotated[
+    Path, typer.Option("--out", help="Results directory; runs go to OUT/<config-name>/<run-id>.")
+]
+Resume = Annotated[
+    Path | None,
+    typer.Option(
+        "--resume", help="Resume this interrupted run directory (same config and overrides)."
+    ),
+]
+ConfigArg = Annotated[
+    Path,
+    typer.Argument(metavar="CONFIG.yaml", help="Experiment config (YAML).", show_default=False),
+]
+
+
+def _split(value: str, what: str) -> list[str]:
+    items = [v.strip() for v in value.split(",")]
+    if not all(items):
+        raise typer.BadParameter(
+            f"{what} must be a comma-separated list without empty items, got {value!r}"
+        )
+    return items
+
+
+def _overrides(trials: int | None, seed: int | None, modes: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if trials is not None:
+        out["trials"] = trials
+    if seed is not None:
+        out["seed"] = seed
+    if modes is not None:
+        out["modes"] = _split(modes, "--modes")
+    return out
+
+
+def _override_args(trials: int | None, seed: int | None, modes: str | None) -> list[str]:
+    args: list[str] = []
+    for flag, value in (("--trials", trials), ("--seed", seed), ("--modes", modes)):
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _parse_sets(sets: list[str]) -> dict[str, list[Any]]:
+    grid: dict[str, list[Any]] = {}
+    for item in sets:
+        key, eq, values = item.partition("=")
+        key = key.strip()
+        if not eq or not key or not values.strip():
+            raise typer.BadParameter(
+                f"expected KEY=V1,V2,... (e.g. faults.rate=0,0.1), got {item!r}", param_hint="--set"
+            )
+        try:
+            grid[key] = [yaml.safe_load(v) for v in _split(values, f"--set {key}")]
+        except yaml.YAMLError as exc:
+            raise typer.BadParameter(
+                f"{item!r}: a value is not valid YAML ({exc})", param_hint="--set"
+            ) from None
+    return grid
+
+
+def _load(
+    path: Path, overrides: dict[str, Any] | None = None, grid: dict[str, list[Any]] | None = None
+) -> ExperimentConfig:
+    """Load, validate and check a config's report section, or exit 2 with the message."""
+    try:
+        config = load_config(path, overrides=overrides, grid=grid)
+        reporting.check_report(config, path)
+    except ConfigError as exc:
+        _fail(str(exc))
+    return config
+
+
+# --------------------------------------------------------------------------- running
+
+
+class _TrialsPerSecond(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:.1f} trials/s" if speed else "- trials/s", style="progress.data.speed")
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("trials"),
+        _TrialsPerSecond(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+    )
+
+
+def _run_with_progress(
+    config: ExperimentConfig, out: Path, jobs: int, resume: Path | None, started: list[Path]
+) -> RunResult:
+    with _progress() as bar:
+        task: list[Any] = []
+
+        def progress(done: int, total: int, record: dict[str, Any] | None) -> None:
+            if not task:
+                task.append(bar.add_task(config.name or "run", total=total, completed=done))
+            else:
+                bar.update(task[0], completed=done)
+
+        return run_experiment(
+            config, out=out, jobs=jobs, resume=resume, progress=progress, on_start=started.append
+        )
+
+
+def _print_table(table: Table) -> None:
+    """Print a report table; one too wide for the terminal is shown with cells as rows."""
+    console = _out()
+    rich_table = to_rich(table)
+    unlimited = console.options.update_width(1_000_000)
+    if Measurement.get(console, unlimited, rich_table).maximum > console.width:
+        display = table.display.T
+        display.index.name = "cell"
+        rich_table = to_rich(dataclasses.replace(table, display=display))
+    console.print(rich_table)
+
+
+def _report(run_dir: Path, report_from: ExperimentConfig | None = None) -> reporting.Report:
+    try:
+        run = reporting.load_run(run_dir, report_from)
+    except (ConfigError, RunError) as exc:
+        _fail(str(exc))
+    result = reporting.write_run_report(run)
+    if result.main is not None:
+        _print_table(result.main)
+    if run.status != "complete":
+        _err().print(
+            Text(
+                f"note: run is {run.status}: {len(run.records)} of {run.planned} trials",
+                style="yellow",
+            )
+        )
+    for problem in result.problems:
+        _err().print(Text(f"{run_dir}: {problem}", style="red"))
+    return result
+
+
+def _execute(
+    command: list[str],
+    config_path: Path,
+    config: ExperimentConfig,
+    jobs: int | None,
+    out: Path,
+    resume: Path | None,
+) -> None:
+    """Run (or resume), then report; on Ctrl-C print the command that resumes the run."""
+    started: list[Path] = []
+    try:
+        result = _run_with_progress(config, out, jobs or _jobs_default(), resume, started)
+    except RunError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        run_dir = started[0] if started else resume
+        if run_dir is None:
+            _fail("interrupted before the run started; nothing was written", EXIT_INTERRUPTED)
+        again = shlex.join(
+            ["atomix", *command[:1], str(config_path), "--resume", str(run_dir), *command[1:]]
+        )
+        _fail(
+            f"interrupted: finished trials are kept in {run_dir}\nresume with:\n  {again}",
+            EXIT_INTERRUPTED,
+        )
+    report = _report(result.run_dir)
+    out_console = _out()
+    out_console.print(f"run dir: {result.run_dir}", soft_wrap=True)
+    out_console.print(
+        f"wrote {len(report.paths)} report files under {result.run_dir} (tables/, plots/)",
+        soft_wrap=True,
+    )
+    skipped = f"; {result.skipped} already done" if result.skipped else ""
+    out_console.print(
+        f"{result.ran} trials in {result.wall_s:.1f} s ({result.trials_per_s:.1f} trials/s){skipped}"
+    )
+    if report.problems:
+        raise typer.Exit(EXIT_CONFIG)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _version(value: bool) -> None:
+    if value:
+        from atomix import __version__
+
+        typer.echo(f"atomix-tx {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Atomix evaluation harness: run agent workloads under settlement modes with injected faults.
+
+    Example: atomix run configs/synthetic_fault_class.yaml --trials 20
+    """
+
+
+@app.command(
+    epilog="Example: atomix run configs/synthetic_fault_class.yaml --trials 20 --modes tx-full,no-tx --jobs 4"
+)
+def run(
+    config: ConfigArg,
+    trials: Trials = None,
+    seed: Seed = None,
+    jobs: Jobs = None,
+    modes: Modes = None,
+    out: Out = Path("results"),
+    resume: Resume = None,
+) -> None:
+    """Run an experiment (every cell x trial x mode), then write and print its report."""
+    cfg = _load(config, _overrides(trials, seed, modes))
+    _execute(["run", *_override_args(trials, seed, modes)], config, cfg, jobs, out, resume)
+
+
+@app.command(
+    epilog="Example: atomix sweep configs/synthetic_fault_class.yaml --set faults.rate=0,0.1,0.3 --set params.agents=1,4"
+)
+def sweep(
+    config: ConfigArg,
+    set_: Annotated[
+        list[str],
+        typer.Option(
+            "--set",
+            help="KEY=V1,V2,... adds KEY to the grid (replacing it if present); repeatable.",
+        ),
+    ],
+    trials: Trials = None,
+    seed: Seed = None,
+    jobs: Jobs = None,
+    modes: Modes = None,
+    out: Out = Path("results"),
+    resume: Resume = None,
+) -> None:
+    """Run a config over extra grid keys: one run directory holding every cell."""
+    grid = _parse_sets(set_)
+    cfg = _load(config, _overrides(trials, seed, modes), grid)
+    sets = [arg for item in set_ for arg in ("--set", item)]
+    _execute(["sweep", *sets, *_override_args(trials, seed, modes)], config, cfg, jobs, out, resume)
+
+
+@app.command(
+    epilog="Example: atomix report results/synthetic/20250101-120000   (no argument: latest run of each config)"
+)
+def report(
+    runs: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="Run directories (or a config's directory: its latest run).",
+            show_default=False,
+        ),
+    ] = None,
+    results: Annotated[
+        Path, typer.Option("--results", help="Where to look for runs when none is given.")
+    ] = Path("results"),
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Take the report section (tables, plots) from this config instead."
+        ),
+    ] = None,
+) -> None:
+    """Rebuild tables and plots from stored trial records only (no trial is re-run)."""
+    report_from = _load(config) if config else None
+    try:
+        run_dirs = (
+            [reporting.resolve_run(p) for p in runs] if runs else reporting.latest_runs(results)
+        )
+    except RunError as exc:
+        _fail(str(exc))
+    if not run_dirs:
+        _fail(f"no runs under {results}/ (run one with: atomix run CONFIG.yaml)")
+    failed = False
+    for run_dir in run_dirs:
+        result = _report(run_dir, report_from)
+        _out().print(f"{run_dir}: wrote {len(result.paths)} files", soft_wrap=True)
+        failed |= bool(result.problems)
+    if failed:
+        raise typer.Exit(EXIT_CONFIG)
+
+
+class PairTestName(StrEnum):
+    fisher = "fisher"
+    boschloo = "boschloo"
+
+
+@app.command(
+    epilog="Example: atomix compare results/synthetic/20250101-120000 --modes tx-full,no-tx,saga --test boschloo"
+)
+def compare(
+    run_dir: Annotated[
+        Path,
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="A run directory (or a config's directory: its latest run).",
+            show_default=False,
+        ),
+    ],
+    modes: Annotated[
+        str,
+        typer.Option("--modes", help="Comma-separated modes; each is tested against the first."),
+    ],
+    metric: Annotated[
+        str, typer.Option("--metric", help="A yes/no metric of the records.")
+    ] = reporting.DEFAULT_METRIC,
+    test: Annotated[
+        PairTestName, typer.Option("--test", help="Two-sided exact test.")
+    ] = PairTestName.fisher,
+) -> None:
+    """Per cell, modes side by side (rate, 95% CI) with a p-value against the first mode."""
+    mode_list = _split(modes, "--modes")
+    try:
+        run = reporting.load_run(reporting.resolve_run(run_dir))
+        cmp = reporting.compare(run, mode_list, metric, test.value)
+    except (ConfigError, RunError, ValueError) as exc:
+        _fail(str(exc))
+    _out().print(reporting.comparison_rich(cmp))
+    for path in reporting.write_comparison(cmp, run.run_dir / "tables"):
+        _out().print(f"wrote {path}", soft_wrap=True)
+
+
+def _list_configs(configs: Path) -> RichTable:
+    table = RichTable(title=f"configs ({configs})")
+    for col in ("name", "file", "description"):
+        table.add_column(col)
+    for path in sorted([*configs.glob("*.yaml"), *configs.glob("*.yml")]):
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = data if isinstance(data, dict) else {}
+            name, description = str(data.get("name") or path.stem), str(data.get("description", ""))
+        except (OSError, yaml.YAMLError) as exc:
+            name, description = path.stem, f"(unreadable: {exc.__class__.__name__})"
+        table.add_row(Text(name), Text(path.name), Text(description.strip()))
+    return table
+
+
+def _list_modes() -> RichTable:
+    from harness.modes import modes
+
+    table = RichTable(title="modes")
+    for col in ("name", "family", "description"):
+        table.add_column(col)
+    rank = {"atomix": 0, "baseline": 1, "ablation": 2}
+    # sorted() is stable: within a family, modes keep their registry order.
+    for info in sorted(modes().values(), key=lambda m: rank.get(m.family, 3)):
+        table.add_row(Text(info.name), Text(info.family), Text(info.description))
+    return table
+
+
+def _list_workloads() -> RichTable:
+    import importlib
+
+    from harness.workloads import WORKLOADS
+
+    table = RichTable(title="workloads")
+    for col in ("name", "description"):
+        table.add_column(col)
+    for name, (module, cls) in sorted(WORKLOADS.items()):
+        try:
+            obj = getattr(importlib.import_module(module), cls)
+            text = getattr(obj, "description", "") or (obj.__doc__ or "").strip().split("\n")[0]
+        except Exception as exc:  # noqa: BLE001 - listing must not die on one broken workload
+            text = f"(cannot import: {exc})"
+        table.add_row(Text(name), Text(text))
+    return table
+
+
+def _list_faults() -> RichTable:
+    from harness.faults import FAULTS
+
+    table = RichTable(title="fault classes")
+    for col in ("class", "where", "description"):
+        table.add_column(col)
+    for name, spec in FAULTS.items():
+        table.add_row(
+            Text(str(name)),
+            Text(", ".join(sorted(p.value for p in spec.points))),
+            Text(spec.description),
+        )
+    return table
+
+
+@app.command("list", epilog="Example: atomix list modes")
+def list_(
+    what: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="WHAT",
+            help="configs, modes, workloads or faults (default: all four).",
+            show_default=False,
+        ),
+    ] = None,
+    configs: Annotated[
+        Path | None,
+        typer.Option(
+            "--configs",
+            help="Directory of experiment configs (default: ./configs, else the repo's).",
+        ),
+    ] = None,
+) -> None:
+    """List experiment configs, modes, workloads and fault classes."""
+    if configs is None:
+        configs = (
+            Path("configs")
+            if Path("configs").is_dir()
+            else Path(__file__).resolve().parent / "configs"
+        )
+    if what is not None and what not in LIST_KINDS:
+        raise typer.BadParameter(f"{what!r}; allowed: {', '.join(LIST_KINDS)}", param_hint="WHAT")
+    makers = {
+        "configs": lambda: _list_configs(configs),
+        "modes": _list_modes,
+        "workloads": _list_workloads,
+        "faults": _list_faults,
+    }
+    for kind in [what] if what else LIST_KINDS:
+        _out().print(makers[kind]())
+
+
+@app.command(epilog="Example: atomix validate configs/synthetic_fault_class.yaml")
+def validate(config: ConfigArg) -> None:
+    """Validate a config and summarise what it would run."""
+    info = reporting.summary(_load(config))
+    table = RichTable(title=f"{config}: valid", show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    cells = info["cells"]
+    shown = (
+        ", ".join(cells)
+        if len(cells) <= 12
+        else ", ".join(cells[:12]) + f", ... ({len(cells) - 12} more)"
+    )
+    rows = [
+        ("name", info["name"]),
+        ("workload", info["workload"]),
+        ("modes", ", ".join(info["modes"])),
+        ("cells", f"{len(cells)}: {shown}"),
+        ("trials", f"{info['trials']} per cell and mode"),
+        ("total", f"{info['total']} trials"),
+        ("tables", ", ".join(info["tables"])),
+    ]
+    for key, value in rows:
+        table.add_row(key, Text(str(value)))
+    _out().print(table)
+
+
+if __name__ == "__main__":
+    app()
