@@ -175,6 +175,8 @@ class Tx:
             _current.reset(self._token)
             self._token = None
         if exc is None:
+            if self.session.settlement is not None:
+                return False  # committed or aborted explicitly inside the block
             if self._autocommit:
                 self.commit()
             else:
@@ -228,7 +230,8 @@ class ATx:
             _current.reset(self._token)
             self._token = None
         if exc is None:
-            await self.commit()
+            if self.session.settlement is None:
+                await self.commit()
             return False
         if isinstance(exc, TransactionAborted) and exc.txid == self.txid:
             return False
@@ -248,7 +251,7 @@ class Runtime:
         options: RuntimeOptions | None = None,
         *,
         timeout: float | None = 30.0,
-        apply_attempts: int = 3,
+        apply_attempts: int = 8,
         clock: Callable[[], float] = time.monotonic,
         keep_settlements: bool = True,
     ) -> None:
@@ -258,6 +261,7 @@ class Runtime:
         self.timeout = timeout
         self._clock = clock
         self._attempts = apply_attempts
+        self._branches: dict[str, dict[int, TxSession]] = {}  # unresolved branches by group
 
     @property
     def core(self):  # noqa: ANN201 - the TransactionManager, for inspection
@@ -277,15 +281,19 @@ class Runtime:
         """One speculative branch of `group`; leaving its block seals it, `resolve` settles it."""
         driver = _SyncDriver(self.timeout if timeout is _UNSET else timeout, self._attempts, self._clock)
         session = self.coordinator.begin(group=group, trace=group, branch=index)
+        with self.coordinator.lock:
+            self._branches.setdefault(group, {})[session.txid] = session
         return Tx(self, session, driver, autocommit=False)
 
     def resolve(self, group: str, winner: Tx) -> tuple[Settlement, list[Settlement]]:
         """Commit the winning branch and abort every other branch of its group."""
         with self.coordinator.lock:
             loser_plans, decision = self.coordinator.core.resolve(group, winner.txid)
+            # Settle each loser through its own handle's session, so that the handle sees it.
+            sessions = self._branches.pop(group, {})
         losers = []
         for plan in loser_plans:
-            session = self._sessions_by_id(plan.txid)
+            session = sessions.get(plan.txid) or self._sessions_by_id(plan.txid)
             losers.append(winner._driver.drive(session.settle_abort(plan)))
         steps = _resume_commit(winner.session, decision, winner._driver)
         return winner._driver.drive(steps), losers
@@ -355,6 +363,7 @@ class Runtime:
                         return await own.call(spec, *args, **kwargs)
 
                 ashim.spec = spec  # type: ignore[attr-defined]
+                ashim.__signature__ = spec.signature  # type: ignore[attr-defined]
                 return ashim
 
             @functools.wraps(f)
@@ -368,6 +377,7 @@ class Runtime:
                     return own.call(spec, *args, **kwargs)
 
             shim.spec = spec  # type: ignore[attr-defined]
+            shim.__signature__ = spec.signature  # type: ignore[attr-defined]
             return shim
 
         return wrap(fn) if fn is not None else wrap
@@ -379,6 +389,10 @@ def _resume_commit(session: TxSession, decision: Any, driver: _SyncDriver) -> St
     if isinstance(decision, CommitPlan):
         return (yield from session.settle_commit(decision))
     if isinstance(decision, AbortPlan):
+        if session.settlement is not None:  # the winner had already failed and settled
+            raise TransactionAborted(
+                session.txid, decision.source.value, decision.detail, session.settlement
+            )
         settlement = yield from session.settle_abort(decision)
         raise TransactionAborted(session.txid, decision.source.value, decision.detail, settlement)
     # Wait: the winner waits for earlier transactions of other groups like any commit.

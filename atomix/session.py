@@ -20,7 +20,7 @@ from atomix.errors import TransactionAborted
 from atomix.manager import RuntimeOptions, TransactionManager
 from atomix.scopes import Scope
 from atomix.settle import Outcome
-from atomix.tools import Ack, Call, ToolSpec
+from atomix.tools import KEY_PARAM, Ack, Call, ToolSpec
 from atomix.transaction import TxState
 
 
@@ -59,6 +59,10 @@ class ApplyAbort:
 Instruction = Block | Run | ApplyCommit | ApplyAbort
 Steps = Generator[Instruction, Any, Any]
 
+# Canonicalising these kinds consults the file system (symlinks, letter case): never memoised.
+_FS_KINDS = frozenset({"fs", "sqlite"})
+_SCOPE_MEMO_MAX = 1 << 16
+
 
 class Coordinator:
     """The shared, thread-safe home of one TransactionManager and its wake-ups.
@@ -71,7 +75,7 @@ class Coordinator:
         self,
         options: RuntimeOptions | None = None,
         *,
-        apply_attempts: int = 3,
+        apply_attempts: int = 8,
         keep_settlements: bool = True,
     ) -> None:
         self.core = TransactionManager(options)
@@ -80,6 +84,22 @@ class Coordinator:
         self.keep_settlements = keep_settlements
         self.settlements: list[Settlement] = []
         self._wakers: dict[int, Signal] = {}
+        self._scopes: dict[str, Scope] = {}
+
+    def scope(self, spec: str | Scope) -> Scope:
+        """The core's canonical scope, memoised for texts whose canonical form depends on the
+        text alone (names, URLs); file-system scopes are resolved afresh every time."""
+        if spec.__class__ is str:
+            found = self._scopes.get(spec)  # type: ignore[arg-type]
+            if found is not None:
+                return found
+            scope = self.core.scope(spec)
+            if scope.kind not in _FS_KINDS:
+                if len(self._scopes) >= _SCOPE_MEMO_MAX:
+                    self._scopes.clear()
+                self._scopes[spec] = scope  # type: ignore[index]
+            return scope
+        return self.core.scope(spec)
 
     def begin(
         self, *, group: str | None = None, trace: str | None = None, branch: int = 0
@@ -135,11 +155,12 @@ class TxSession:
         start = clock()
         blocked = False
         while True:
-            signal = new_signal()
             with self.co.lock:
                 self._raise_if_settled()
                 decision = attempt()
                 if isinstance(decision, Wait):
+                    # Made only when needed (an Event is not free), parked under the lock.
+                    signal = new_signal()
                     self.co._park(self.txid, signal)
             if not isinstance(decision, Wait):
                 if blocked:
@@ -169,7 +190,7 @@ class TxSession:
 
     # -- steps ----------------------------------------------------------------------------------
     def read(self, scopes: Iterable[str | Scope], driver: DriverHooks) -> Steps:
-        scopes = list(scopes)
+        scopes = [self.co.scope(s) for s in scopes]
         decision = yield from self._decide(
             lambda: self.co.core.read(self.txid, scopes), driver.new_signal, driver.now, driver.timeout
         )
@@ -177,7 +198,7 @@ class TxSession:
             yield from self._abort_and_raise(decision)
 
     def externalize(self, scopes: Iterable[str | Scope], driver: DriverHooks) -> Steps:
-        scopes = list(scopes)
+        scopes = [self.co.scope(s) for s in scopes]
         decision = yield from self._decide(
             lambda: self.co.core.externalize(self.txid, scopes),
             driver.new_signal,
@@ -247,25 +268,36 @@ class TxSession:
                 self.co.settlements.append(settlement)
             else:
                 self.co.core.forget(self.txid)
-            self.co._wake(woken)
+            # Also a thread still parked on this transaction itself (settled by another one,
+            # e.g. a losing branch aborted by resolve): it wakes to find it settled.
+            self.co._wake([*woken, self.txid])
         return settlement
 
     # -- the shim -------------------------------------------------------------------------------
     def call(self, spec: ToolSpec, args: dict[str, Any], driver: DriverHooks) -> Steps:
-        """One shimmed tool call: register reads, then run, stage or gate by effect class."""
-        reads = spec.read_scopes(args)
-        if reads:
-            yield from self.read(reads, driver)
+        """One shimmed tool call: register reads, then run, stage or gate by effect class.
+
+        A function with an `idempotency_key` parameter gets the effect's key whenever it runs
+        for the effect (applied, released, or executed if reversible).
+        """
+        if spec.reads:
+            yield from self.read(spec.read_scopes(args), driver)
         if spec.effect is None:
             return (yield Run(lambda: spec.fn(**args)))
-        scopes = tuple(self.co.core.scope(s) for s in spec.write_scopes(args))
+        scopes = tuple(map(self.co.scope, spec.write_scopes(args)))
         key = self.key(spec.name, spec.key_part(args))
+        kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
         if spec.effect is EffectClass.REVERSIBLE:
+            earlier = self._staged(key)
+            if earlier is not None:
+                # A duplicated delivery must not run again: only one run would be compensated.
+                yield from self.stage(earlier)  # the core counts it as a suppressed duplicate
+                return earlier.payload.result
             yield from self.externalize(scopes, driver)
             call = Call(spec.name, args)
             if spec.before is not None:
                 call.before = yield Run(lambda: spec.before(**args))  # type: ignore[misc]
-            call.result = yield Run(lambda: spec.fn(**args))
+            call.result = yield Run(lambda: spec.fn(**kwargs))
             compensate = spec.compensate
             assert compensate is not None
             effect = Effect(
@@ -273,10 +305,24 @@ class TxSession:
             )
             yield from self.stage(effect)
             return call.result
-        effect = Effect(spec.name, spec.effect, scopes, key, apply=lambda: spec.fn(**args), payload=args)
-        yield from self.stage(effect)
+        effect = Effect(
+            spec.name, spec.effect, scopes, key, apply=lambda: spec.fn(**kwargs), payload=args
+        )
+        with self.co.lock:  # self.stage(effect), inlined: this is every deferred call's path
+            self._raise_if_settled()
+            decision = self.co.core.stage(self.txid, effect)
+        if decision.__class__ is AbortPlan:
+            yield from self._abort_and_raise(decision)
         status = "staged" if spec.effect is EffectClass.BUFFERABLE else "queued"
         return Ack(status, key, spec.name)
+
+    def _staged(self, key: str) -> Effect | None:
+        """This transaction's staged effect with this key, if there is one."""
+        with self.co.lock:
+            tx = self.co.core.get(self.txid)
+            if key not in tx.keys:
+                return None
+            return next(e for e in tx.effects if e.key == key)
 
 
 class DriverHooks(Protocol):

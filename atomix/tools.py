@@ -3,6 +3,9 @@
 Metadata is checked when the tool is defined, never at its first call: a wrong effect class,
 a scope template that cannot be canonicalised, a reversible tool without a compensation or
 an irreversible one with one raise ToolDefinitionError naming the tool and the field.
+
+A tool function with a parameter named `idempotency_key` receives its effect's key from the
+shim (when it is applied, released or, for a reversible tool, executed); callers never pass it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,33 @@ from atomix.errors import ScopeError, ToolDefinitionError
 from atomix.scopes import Scope, ScopePolicy
 
 ScopeSpec = str | Scope | Callable[..., Any]
+
+#: The parameter through which a tool function receives its effect's idempotency key.
+KEY_PARAM = "idempotency_key"
+_MISSING: Any = object()
+_BY_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def _key_encoder() -> Callable[[dict[str, Any]], str]:
+    """`json.dumps(args, sort_keys=True, default=repr)`, without rebuilding an encoder per call.
+
+    Without circular-reference markers the C encoder is stateless, so one instance serves every
+    call (a circular argument then fails with RecursionError instead of ValueError).
+    """
+    fallback = json.JSONEncoder(sort_keys=True, default=repr, check_circular=False).encode
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if c_make_encoder is None:
+        return fallback
+    try:  # the arguments JSONEncoder.iterencode passes it
+        encode = c_make_encoder(
+            None, repr, json.encoder.encode_basestring_ascii, None, ": ", ", ", True, False, True
+        )
+    except TypeError:
+        return fallback
+    return lambda args: "".join(encode(args, 0))
+
+
+_encode_args = _key_encoder()
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +81,8 @@ class _ScopeFn:
 
     def __call__(self, args: dict[str, Any]) -> list[str | Scope]:
         spec = self.spec
+        if spec.__class__ is str:  # the common case first: a template
+            return [spec.format_map(args)]  # type: ignore[union-attr]
         if isinstance(spec, Scope):
             return [spec]
         if isinstance(spec, str):
@@ -85,8 +117,34 @@ class ToolSpec:
     before: Callable[..., Any] | None
     signature: inspect.Signature
     is_async: bool
+    wants_key: bool = False  # the function takes `idempotency_key` (not part of `signature`)
+    # Parameter names and defaults when every parameter is positional-or-keyword: `bind` then
+    # needs no `inspect` machinery (it falls back to it for anything irregular, and errors).
+    names: tuple[str, ...] | None = None
+    defaults: dict[str, Any] | None = None
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The call's arguments by name, defaults applied, in signature order."""
+        names, defaults = self.names, self.defaults
+        if names is None or defaults is None or len(args) > len(names):
+            return self._slow_bind(args, kwargs)
+        out = dict(zip(names, args, strict=False))
+        for name, value in kwargs.items():
+            if name in out or name not in defaults:
+                return self._slow_bind(args, kwargs)  # raises the right TypeError
+            out[name] = value
+        if len(out) < len(names):
+            for name in names[len(args) :]:
+                if name not in out:
+                    value = defaults[name]
+                    if value is _MISSING:
+                        return self._slow_bind(args, kwargs)
+                    out[name] = value
+        if kwargs:
+            out = {name: out[name] for name in names}
+        return out
+
+    def _slow_bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return dict(bound.arguments)
@@ -102,7 +160,7 @@ class ToolSpec:
             return self.key.format_map(args)
         if self.key is not None:
             return str(self.key(**args))
-        blob = json.dumps(args, sort_keys=True, default=repr).encode()
+        blob = _encode_args(args).encode()
         return hashlib.blake2b(blob, digest_size=8).hexdigest()
 
 
@@ -121,7 +179,6 @@ def define_tool(
     """Validate a tool's metadata and return its spec (see the module docstring)."""
     tool = name or getattr(fn, "__name__", None) or repr(fn)
     signature = inspect.signature(fn)
-    params = set(signature.parameters)
     if effect is not None and not isinstance(effect, EffectClass):
         try:
             effect = EffectClass(effect)
@@ -130,6 +187,15 @@ def define_tool(
             raise ToolDefinitionError(
                 tool, "effect", f"unknown effect class {effect!r}; allowed: {allowed}"
             ) from None
+    # The shim calls fn(**arguments): a *args, **kwargs or positional-only parameter would
+    # receive the wrong value (or fail at every call).
+    odd = [p.name for p in signature.parameters.values() if p.kind not in _BY_KEYWORD]
+    if odd:
+        raise ToolDefinitionError(
+            tool, "signature", f"parameters {odd} cannot be passed by keyword; name each one"
+        )
+    signature, wants_key = _split_key_param(tool, signature, effect)
+    params = set(signature.parameters)
     read_specs, write_specs = _as_list(reads), _as_list(writes)
     if effect is not None and not write_specs:
         raise ToolDefinitionError(tool, "writes", "an effect-bearing tool must name its scopes")
@@ -163,7 +229,30 @@ def define_tool(
         before=before,
         signature=signature,
         is_async=inspect.iscoroutinefunction(fn),
+        wants_key=wants_key,
+        **_fast_binding(signature),
     )
+
+
+def _split_key_param(
+    tool: str, signature: inspect.Signature, effect: EffectClass | None
+) -> tuple[inspect.Signature, bool]:
+    """The signature callers see (without `idempotency_key`), and whether the tool takes it."""
+    param = signature.parameters.get(KEY_PARAM)
+    if param is None:
+        return signature, False
+    if effect is None:
+        raise ToolDefinitionError(tool, KEY_PARAM, "a read-only tool has no idempotency key")
+    rest = [p for p in signature.parameters.values() if p.name != KEY_PARAM]
+    return signature.replace(parameters=rest), True
+
+
+def _fast_binding(signature: inspect.Signature) -> dict[str, Any]:
+    params = list(signature.parameters.values())
+    if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
+        return {}
+    defaults = {p.name: _MISSING if p.default is p.empty else p.default for p in params}
+    return {"names": tuple(defaults), "defaults": defaults}
 
 
 def _check_scope_spec(
