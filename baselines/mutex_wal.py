@@ -122,6 +122,8 @@ class MutexWalSession(ModeSession):
     which is counted in `reported_residue`. No isolation from other workflows, no dedup.
     """
 
+    restarts_after_abort = True  # its abort leaves nothing behind, so a fresh attempt is safe
+
     trial: MutexWalTrial
 
     def __init__(self, trial: MutexWalTrial, ctx: AgentContext) -> None:

@@ -84,6 +84,8 @@ class OccSession(ModeSession):
     stay sent.
     """
 
+    restarts_after_abort = True  # its abort leaves nothing behind, so a fresh attempt is safe
+
     trial: OccTrial
 
     def __init__(self, trial: OccTrial, ctx: AgentContext) -> None:

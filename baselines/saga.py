@@ -46,6 +46,8 @@ class SagaSession(ModeSession):
     `reported_residue`. Nothing else (no dedup, no gating, no isolation).
     """
 
+    restarts_after_abort = True  # its abort leaves nothing behind, so a fresh attempt is safe
+
     def __init__(self, trial: TrialMode, ctx: AgentContext) -> None:
         super().__init__(trial, ctx)
         self.compensations: list[Compensation] = []

@@ -45,6 +45,8 @@ class TccSession(ModeSession):
     often it is retried or delivered. It does not guarantee all-or-nothing at commit.
     """
 
+    restarts_after_abort = True  # its abort leaves nothing behind, so a fresh attempt is safe
+
     def __init__(self, trial: TrialMode, ctx: AgentContext) -> None:
         super().__init__(trial, ctx)
         # Keyed by the logical call, so a step the agent retried after a faulted try is

@@ -98,9 +98,12 @@ class AgentOutcome:
 class StepFailed(Exception):
     """A step kept failing after its retries, or the tool refused it."""
 
-    def __init__(self, message: str, source: AbortSource = AbortSource.TOOL_FAILURE) -> None:
+    def __init__(
+        self, message: str, source: AbortSource = AbortSource.TOOL_FAILURE, *, permanent: bool = False
+    ) -> None:
         super().__init__(message)
         self.source = source
+        self.permanent = permanent  # the tool refused: trying the plan again cannot help
 
 
 async def _call_with_retries(
@@ -115,7 +118,7 @@ async def _call_with_retries(
         except ToolError as exc:
             if not policy.tool_errors_fatal:
                 return {"error": str(exc)}
-            raise StepFailed(f"{call.name}: {exc}") from exc
+            raise StepFailed(f"{call.name}: {exc}", permanent=True) from exc
     source = AbortSource.TIMEOUT if isinstance(last, faults.ToolTimeout) else AbortSource.TOOL_FAILURE
     raise StepFailed(f"{call.name}: {last}", source) from last
 
@@ -170,6 +173,7 @@ async def run_agent(
             await session.commit()
             outcome.committed = True
             outcome.committed_attempt = tx_attempt
+            outcome.failure = None
             outcome.results = memory
             break
         except Aborted as exc:
@@ -187,7 +191,7 @@ async def run_agent(
             except Aborted as again:
                 outcome.aborts.append(again.source.value)
             resume = session.restore()
-            if resume is None:
+            if resume is None and (exc.permanent or not session.restarts_after_abort):
                 break
         finally:
             outcome.reported_residue += getattr(session, "reported_residue", 0)

@@ -40,7 +40,7 @@ class SettingsModel(_Strict):
     """Time-outs and retry bounds shared by every mode (simulated milliseconds)."""
 
     timeout_ms: float = Field(30_000.0, gt=0)
-    apply_attempts: int = Field(3, ge=1, le=20)
+    apply_attempts: int = Field(8, ge=1, le=20)
     step_retries: int = Field(2, ge=0, le=20)
     backoff_ms: float = Field(20.0, ge=0)
 

@@ -56,7 +56,7 @@ class ModeSettings:
     """Knobs every mode may read: time-outs and retry bounds (simulated ms)."""
 
     timeout_ms: float = 30_000.0
-    apply_attempts: int = 3
+    apply_attempts: int = 8
     step_retries: int = 3
     backoff_ms: float = 20.0
 
@@ -96,6 +96,10 @@ class ModeSession(ABC):
     """
 
     resumes_from_checkpoint: bool = False
+    # The mechanism's abort undoes (or never released) the attempt's effects, so an agent may
+    # safely start the plan over after a failed step. Without it, starting over would repeat
+    # effects that already landed, so the agent reports the failure instead.
+    restarts_after_abort: bool = False
 
     def __init__(self, trial: TrialMode, ctx: AgentContext) -> None:
         self.trial = trial

@@ -78,6 +78,8 @@ class TxTrial(TrialMode):
 class TxModeSession(ModeSession):
     """The harness shim over one Atomix transaction."""
 
+    restarts_after_abort = True  # its abort leaves nothing behind, so a fresh attempt is safe
+
     trial: TxTrial
 
     def __init__(self, trial: TxTrial, ctx: AgentContext) -> None:
