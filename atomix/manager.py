@@ -61,6 +61,7 @@ class TransactionManager:
         self._txs: dict[int, Transaction] = {}
         self._groups: dict[str, list[int]] = {}
         self._won: set[str] = set()  # groups one of whose branches committed
+        self._unfinished: dict[str, int] = {}  # per group, branches not yet finished
         self._waiters: dict[int, set[int]] = {}
         self._next_txid = 1
         self._seq = 0
@@ -107,6 +108,7 @@ class TransactionManager:
         self._txs[txid] = tx
         if group is not None:
             self._groups.setdefault(group, []).append(txid)
+            self._unfinished[group] = self._unfinished.get(group, 0) + 1
         if self._global:
             # One global frontier behaves like one ordered lock: register at begin, so that
             # every later transaction waits for this one whatever it touches.
@@ -389,16 +391,46 @@ class TransactionManager:
                     self._real.stamp(self.scope(scope), 0, write=True, visible_seq=seq)
         woken = sorted(self._waiters.pop(txid, ()))
         if tx.group is not None:
-            members = self._groups.get(tx.group)
-            if members is not None and all(self._txs[m].finished for m in members):
-                del self._groups[tx.group]
+            left = self._unfinished.get(tx.group, 0) - 1
+            if left <= 0:
+                self._unfinished.pop(tx.group, None)
+                self._groups.pop(tx.group, None)
                 self._won.discard(tx.group)
-        committed = tx.state is TxState.COMMITTED
-        failed = {e.key for e in failed_applies}
-        keys = [e.key for e in tx.effects]
-        cls = {e.key: e.effect_class for e in tx.effects}
-        residue_keys = {e.key for e in residue}
-        settlement = Settlement(
+            else:
+                self._unfinished[tx.group] = left
+        return self._settlement(tx, residue, failed_applies, waited), woken
+
+    def _settlement(
+        self,
+        tx: Transaction,
+        residue: Sequence[Effect],
+        failed_applies: Sequence[Effect],
+        waited: float,
+    ) -> Settlement:
+        """One pass over the effects sorts each key into what became of it."""
+        failed = {e.key for e in failed_applies} if failed_applies else ()
+        residue_keys = {e.key for e in residue} if residue else ()
+        applied: list[str] = []
+        released: list[str] = []
+        accepted: list[str] = []
+        compensated: list[str] = []
+        dropped: list[str] = []
+        if tx.state is TxState.COMMITTED:
+            for e in tx.effects:
+                cls = e.effect_class
+                if cls is EffectClass.REVERSIBLE:
+                    accepted.append(e.key)
+                elif e.key not in failed:
+                    (applied if cls is EffectClass.BUFFERABLE else released).append(e.key)
+        else:
+            for e in tx.effects:
+                if e.effect_class is not EffectClass.REVERSIBLE:
+                    dropped.append(e.key)
+            for e in reversed(tx.effects):
+                if e.effect_class is EffectClass.REVERSIBLE and e.key not in residue_keys:
+                    compensated.append(e.key)
+        keys = [e.key for e in tx.effects] if (residue_keys or failed) else []
+        return Settlement(
             txid=tx.txid,
             epoch=tx.epoch,
             trace=tx.trace,
@@ -406,27 +438,20 @@ class TransactionManager:
             outcome=tx.state.value,
             abort_source=tx.abort_source.value if tx.abort_source else None,
             detail=tx.abort_detail,
-            applied=tuple(
-                k for k in keys if committed and cls[k] is EffectClass.BUFFERABLE and k not in failed
-            ),
-            released=tuple(
-                k for k in keys if committed and cls[k] is EffectClass.IRREVERSIBLE and k not in failed
-            ),
-            accepted=tuple(k for k in keys if committed and cls[k] is EffectClass.REVERSIBLE),
-            compensated=tuple(
-                k
-                for k in reversed(keys)
-                if not committed and cls[k] is EffectClass.REVERSIBLE and k not in residue_keys
-            ),
-            dropped=tuple(k for k in keys if not committed and cls[k] is not EffectClass.REVERSIBLE),
-            residue=tuple(k for k in keys if k in residue_keys) if self.options.classify_residue else (),
+            applied=tuple(applied),
+            released=tuple(released),
+            accepted=tuple(accepted),
+            compensated=tuple(compensated),
+            dropped=tuple(dropped),
+            residue=tuple(k for k in keys if k in residue_keys)
+            if self.options.classify_residue
+            else (),
             failed_applies=tuple(k for k in keys if k in failed),
             duplicates_suppressed=tx.duplicates_suppressed,
             waited=waited,
-            reads=tuple(sorted(map(str, tx.reads))),
+            reads=tuple(sorted(map(str, tx.reads))) if tx.reads else (),
             writes=tuple(sorted(map(str, tx.effect_scopes))),
         )
-        return settlement, woken
 
     def forget(self, txid: int) -> None:
         """Drop a finished transaction's record (long-running drivers call this)."""
