@@ -131,7 +131,7 @@ class MutexWalSession(ModeSession):
         self.mutex = f"workflow:{ctx.agent}"
         name = f"{next(trial.serial):04d}-{ctx.agent}-{ctx.attempt}.wal.jsonl"
         self.wal = WriteAheadLog(ctx.env.workdir / "mutex-wal" / name)
-        self.undo: dict[int, _Undo] = {}  # WAL lsn of a before-image -> how to restore it
+        self.undos: dict[int, _Undo] = {}  # WAL lsn of a before-image -> how to restore it
         self.gated: dict[str, ToolCall] = {}  # queued irreversible calls, in call order
         self.failed_steps: set[str] = set()  # logical calls whose last attempt hit a fault
         self.reached_commit = False
@@ -191,7 +191,7 @@ class MutexWalSession(ModeSession):
                 "before": _encode(tool.before(env, args)),
             }
         )
-        self.undo[lsn] = _Undo(call, Delivery(None, {**delivery.meta, "undo": True}))
+        self.undos[lsn] = _Undo(call, Delivery(None, {**delivery.meta, "undo": True}))
         status = "unknown"  # an unexpected exception: it may have applied
         try:
             result = boundary.deliver(site, lambda: tool.run(env, args, delivery))
@@ -289,22 +289,14 @@ class MutexWalSession(ModeSession):
             lsn = record["lsn"]
             if status.get(lsn) in _NOT_APPLIED:
                 continue
-            undo = self.undo[lsn]
-            tool, args = undo.call.tool, undo.call.args
-            assert tool.undo is not None
-            restore, before = tool.undo, _decode(record["before"])
-            try:
-                ctx.boundary.compensate(
-                    undo.call.op_id,
-                    lambda r=restore, a=args, b=before, d=undo.delivery: r(ctx.env, a, b, d),
-                )
+            undo = self.undos[lsn]
+            if self.undo(undo.call, _decode(record["before"]), undo.delivery):
                 self.wal.append({"type": "undone", "of": lsn})
-            except (faults.ToolFault, ToolError):
+            else:
                 # The effect stays applied: residue, and we say so.
                 self.reported_residue += 1
                 self.wal.append({"type": "undo-failed", "of": lsn})
-            finally:
-                await ctx.boundary.pay()
+            await ctx.boundary.pay()
         self.wal.append({"type": "abort", "tx": ctx.trace, "source": source.value})
 
 

@@ -154,22 +154,13 @@ class OccSession(ModeSession):
         ctx, versions = self.ctx, self.trial.versions
         pending, self.writes = self.writes, []
         for written in reversed(pending):
-            tool, args = written.call.tool, written.call.args
-            assert tool.undo is not None
-            undo = tool.undo
-            try:
-                ctx.boundary.compensate(
-                    written.call.op_id,
-                    lambda u=undo, a=args, w=written: u(ctx.env, a, w.before, w.undo),
-                )
-            except (faults.ToolFault, ToolError):
+            if not self.undo(written.call, written.before, written.undo):
                 self.reported_residue += 1
             else:
                 # A restore is a write too: whoever read the rolled-back value is now stale.
                 for scope in written.scopes:
                     versions.bump(scope, ctx.trace)
-            finally:
-                await ctx.boundary.pay()
+            await ctx.boundary.pay()
 
 
 class OccTrial(TrialMode):

@@ -26,7 +26,7 @@ from harness import faults
 from harness.clock import VirtualClock
 from harness.modes import AgentContext, ModeSession, ModeSettings, TrialMode, register
 from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolCall, ToolError
+from harness.tooling import Delivery, ToolCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,20 +89,11 @@ class SagaSession(ModeSession):
         ctx = self.ctx
         pending, self.compensations = self.compensations, []
         for comp in reversed(pending):
-            tool, args = comp.call.tool, comp.call.args
-            assert tool.undo is not None
-            undo = tool.undo
-            try:
-                ctx.boundary.compensate(
-                    comp.call.op_id,
-                    lambda u=undo, a=args, c=comp: u(ctx.env, a, c.before, c.delivery),
-                )
-            except (faults.ToolFault, ToolError):
+            if not self.undo(comp.call, comp.before, comp.delivery):
                 # A saga logs a failed handler and carries on with the others; the effect it
                 # should have undone stays applied, and the saga's users are told how many.
                 self.reported_residue += 1
-            finally:
-                await ctx.boundary.pay()
+            await ctx.boundary.pay()
 
 
 class SagaTrial(TrialMode):

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from atomix.effects import AbortSource
+from harness import faults
 from harness.boundary import Boundary
 from harness.clock import Park, VirtualClock, VSignal
 from harness.substrates import TrialEnv
-from harness.tooling import ToolCall
+from harness.tooling import Delivery, ToolCall, ToolError
 
 # Modules that register modes; adding a mechanism means adding a module and a line here.
 MODE_MODULES: tuple[str, ...] = (
@@ -116,6 +117,17 @@ class ModeSession(ABC):
 
     @abstractmethod
     async def abort(self, source: AbortSource | str, detail: str = "") -> None: ...
+
+    def undo(self, call: ToolCall, before: Any, delivery: Delivery) -> bool:
+        """Restore `call`'s before-image through the boundary (a compensation, a rollback);
+        False when it failed and the effect stays applied (residue)."""
+        ctx, restore = self.ctx, call.tool.undo
+        assert restore is not None, f"tool {call.name!r} has no undo"
+        try:
+            ctx.boundary.compensate(call.op_id, lambda: restore(ctx.env, call.args, before, delivery))
+        except (faults.ToolFault, ToolError):
+            return False
+        return True
 
     def checkpoint(self, step: int, memory: dict[str, Any]) -> None:  # noqa: B027
         """Called after each successful step with the agent's memory."""
