@@ -263,7 +263,9 @@ def cell_id(config: ExperimentConfig, cell: Mapping[str, Any]) -> str:
     if not cell:
         return "all"
     if CELL_LABEL in cell:
-        return f"{cell_label(config, CELL_LABEL)}={_short(cell[CELL_LABEL])}"
+        # A named cell is its label plus the grid keys it was crossed with.
+        shown = {CELL_LABEL: cell[CELL_LABEL], **{k: v for k, v in cell.items() if k in config.grid}}
+        return ",".join(f"{cell_label(config, k)}={_short(v)}" for k, v in shown.items())
     return ",".join(f"{cell_label(config, k)}={_short(v)}" for k, v in cell.items())
 
 

@@ -88,6 +88,11 @@ class TxModeSession(ModeSession):
         self.tx: TxSession | None = None
         self.settlement: Settlement | None = None
 
+    @property
+    def reported_residue(self) -> int:
+        """Failed compensations the runtime classified as residue in its settlement."""
+        return len(self.settlement.residue) if self.settlement is not None else 0
+
     async def begin(self) -> None:
         self.tx = self.trial.co.begin(trace=self.ctx.trace)
 
