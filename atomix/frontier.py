@@ -7,6 +7,7 @@ table scope meets its rows and a directory its files.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,9 @@ class _Node:
         self.sub_rw_epoch = 0
 
 
+_ATTR = {name: operator.attrgetter(name) for name in _Node.__slots__}
+
+
 class ScopeIndex:
     """Which unsettled transactions hold which scopes, and what has committed where.
 
@@ -54,6 +58,7 @@ class ScopeIndex:
 
     def __init__(self) -> None:
         self._root = _Node()
+        self.eager_count = 0  # eager registrations anywhere in the index
 
     def _path(self, scope: Scope, create: bool) -> list[_Node] | None:
         node = self._root
@@ -90,15 +95,17 @@ class ScopeIndex:
             node.holders[tx.txid] = tx
             for n in path:
                 n.sub_count += 1
-        if eager:
+        if eager and tx.txid not in node.eager:
             node.eager[tx.txid] = tx
+            self.eager_count += 1
 
     def unregister(self, scope: Scope, tx: Transaction) -> None:
         path = self._path(scope, create=False)
         if path is None:
             return
         node = path[-1]
-        node.eager.pop(tx.txid, None)
+        if node.eager.pop(tx.txid, None) is not None:
+            self.eager_count -= 1
         if node.holders.pop(tx.txid, None) is not None:
             for n in path:
                 n.sub_count -= 1
@@ -126,6 +133,8 @@ class ScopeIndex:
 
     def overlapping_eager(self, scope: Scope) -> Iterator[Transaction]:
         """Transactions with an externalised, unsettled reversible effect overlapping `scope`."""
+        if not self.eager_count:  # the common case: nothing externalised anywhere
+            return
         path, exact = self._nearest(scope)
         last = len(path) - 1
         for i, node in enumerate(path):
@@ -143,10 +152,15 @@ class ScopeIndex:
 
     def _max_overlapping(self, scope: Scope, own: str, sub: str) -> int:
         path, exact = self._nearest(scope)
+        # Ancestors count with their own stamps, the scope's node with its subtree's.
         best = 0
-        last = len(path) - 1
-        for i, node in enumerate(path):
-            value = getattr(node, sub) if (i == last and exact) else getattr(node, own)
+        own_of = _ATTR[own]
+        for node in path[:-1] if exact else path:
+            value = own_of(node)
+            if value > best:
+                best = value
+        if exact:
+            value = _ATTR[sub](path[-1])
             if value > best:
                 best = value
         return best
@@ -170,12 +184,18 @@ class ScopeIndex:
         path = self._path(scope, create=True)
         assert path is not None
         node = path[-1]
-        node.rw_epoch = max(node.rw_epoch, epoch)
+        if epoch > node.rw_epoch:
+            node.rw_epoch = epoch
         if write:
-            node.w_epoch = max(node.w_epoch, epoch)
-            node.w_seq = max(node.w_seq, visible_seq)
+            if epoch > node.w_epoch:
+                node.w_epoch = epoch
+            if visible_seq > node.w_seq:
+                node.w_seq = visible_seq
         for n in path:
-            n.sub_rw_epoch = max(n.sub_rw_epoch, epoch)
+            if epoch > n.sub_rw_epoch:
+                n.sub_rw_epoch = epoch
             if write:
-                n.sub_w_epoch = max(n.sub_w_epoch, epoch)
-                n.sub_w_seq = max(n.sub_w_seq, visible_seq)
+                if epoch > n.sub_w_epoch:
+                    n.sub_w_epoch = epoch
+                if visible_seq > n.sub_w_seq:
+                    n.sub_w_seq = visible_seq

@@ -66,6 +66,7 @@ class TransactionManager:
         self._next_txid = 1
         self._seq = 0
         self._global = self.options.frontier == "global"
+        self._canonical = self.options.scopes.canonical
 
     # -- lookup ----------------------------------------------------------------------------
     def get(self, txid: int) -> Transaction:
@@ -237,7 +238,11 @@ class TransactionManager:
                     f"on {', '.join(map(str, missing))}"
                 )
         else:
-            scopes = [self.scope(s) for s in effect.scopes]
+            if self._canonical:
+                # Sessions hand over scopes already resolved; only other specs need parsing.
+                scopes = [s if s.__class__ is Scope else self.scope(s) for s in effect.scopes]
+            else:
+                scopes = [self.scope(s) for s in effect.scopes]
             for scope in scopes:
                 for other in self._real.overlapping_eager(scope):
                     if other is not tx and not other.finished and other.epoch > tx.epoch:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from atomix.decisions import Settlement
+from atomix.decisions import AbortPlan, Settlement
 from atomix.effects import AbortSource, Effect
 from atomix.errors import AtomixError, TransactionAborted
 from atomix.manager import RuntimeOptions
@@ -155,6 +155,11 @@ class Tx:
         self._driver.drive(self.session.stage(effect))
 
     def call(self, spec: ToolSpec, *args: Any, **kwargs: Any) -> Any:
+        if spec.deferred_only:
+            outcome = self.session.defer(spec, spec.bind(args, kwargs))
+            if outcome.__class__ is AbortPlan:
+                self._driver.drive(self.session._abort_and_raise(outcome))
+            return outcome
         return self._driver.drive(self.session.call(spec, spec.bind(args, kwargs), self._driver))
 
     def seal(self) -> None:

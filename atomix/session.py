@@ -284,35 +284,47 @@ class TxSession:
             yield from self.read(spec.read_scopes(args), driver)
         if spec.effect is None:
             return (yield Run(lambda: spec.fn(**args)))
+        if spec.effect is not EffectClass.REVERSIBLE:
+            outcome = self.defer(spec, args)
+            if outcome.__class__ is AbortPlan:
+                yield from self._abort_and_raise(outcome)  # type: ignore[arg-type]
+            return outcome
         scopes = tuple(map(self.co.scope, spec.write_scopes(args)))
         key = self.key(spec.name, spec.key_part(args))
         kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
-        if spec.effect is EffectClass.REVERSIBLE:
-            earlier = self._staged(key)
-            if earlier is not None:
-                # A duplicated delivery must not run again: only one run would be compensated.
-                yield from self.stage(earlier)  # the core counts it as a suppressed duplicate
-                return earlier.payload.result
-            yield from self.externalize(scopes, driver)
-            call = Call(spec.name, args)
-            if spec.before is not None:
-                call.before = yield Run(lambda: spec.before(**args))  # type: ignore[misc]
-            call.result = yield Run(lambda: spec.fn(**kwargs))
-            compensate = spec.compensate
-            assert compensate is not None
-            effect = Effect(
-                spec.name, spec.effect, scopes, key, compensate=lambda: compensate(call), payload=call
-            )
-            yield from self.stage(effect)
-            return call.result
+        earlier = self._staged(key)
+        if earlier is not None:
+            # A duplicated delivery must not run again: only one run would be compensated.
+            yield from self.stage(earlier)  # the core counts it as a suppressed duplicate
+            return earlier.payload.result
+        yield from self.externalize(scopes, driver)
+        call = Call(spec.name, args)
+        if spec.before is not None:
+            call.before = yield Run(lambda: spec.before(**args))  # type: ignore[misc]
+        call.result = yield Run(lambda: spec.fn(**kwargs))
+        compensate = spec.compensate
+        assert compensate is not None
+        effect = Effect(
+            spec.name, spec.effect, scopes, key, compensate=lambda: compensate(call), payload=call
+        )
+        yield from self.stage(effect)
+        return call.result
+
+    def defer(self, spec: ToolSpec, args: dict[str, Any]) -> Ack | AbortPlan:
+        """Stage a bufferable call or queue an irreversible one; no waiting is ever needed,
+        so drivers call this directly (every deferred call's path) for tools without reads.
+        An AbortPlan means the core aborted the transaction: settle it and raise."""
+        key = self.key(spec.name, spec.key_part(args))
+        kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
+        scopes = tuple(map(self.co.scope, spec.write_scopes(args)))
         effect = Effect(
             spec.name, spec.effect, scopes, key, apply=lambda: spec.fn(**kwargs), payload=args
         )
-        with self.co.lock:  # self.stage(effect), inlined: this is every deferred call's path
+        with self.co.lock:
             self._raise_if_settled()
             decision = self.co.core.stage(self.txid, effect)
         if decision.__class__ is AbortPlan:
-            yield from self._abort_and_raise(decision)
+            return decision  # type: ignore[return-value]
         status = "staged" if spec.effect is EffectClass.BUFFERABLE else "queued"
         return Ack(status, key, spec.name)
 

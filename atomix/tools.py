@@ -118,6 +118,13 @@ class ToolSpec:
     signature: inspect.Signature
     is_async: bool
     wants_key: bool = False  # the function takes `idempotency_key` (not part of `signature`)
+
+    @property
+    def deferred_only(self) -> bool:
+        """Staged or gated, with no reads: a call that never waits."""
+        return not self.reads and (
+            self.effect is EffectClass.BUFFERABLE or self.effect is EffectClass.IRREVERSIBLE
+        )
     # Parameter names and defaults when every parameter is positional-or-keyword: `bind` then
     # needs no `inspect` machinery (it falls back to it for anything irregular, and errors).
     names: tuple[str, ...] | None = None
