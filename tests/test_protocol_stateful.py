@@ -1,0 +1,741 @@
+"""A stateful property test of the protocol: random interleavings of up to six concurrent
+transactions over hierarchical, overlapping scopes, driving the TransactionManager directly.
+
+The test is the driver and owns the world: a dict from leaf scope to value (rows of the
+tables `kv:t` and `kv:u`, and mailboxes) and a list of sent messages. It applies CommitPlans
+and runs compensations itself, through closures it put in the Effects, and it keeps its own
+log of what happened (every value observed by a read, every write that reached the world,
+every commit with its epoch). The invariants are judged from that log and that world, never
+from the manager's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from hypothesis import settings, target
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from atomix.decisions import AbortPlan, CommitPlan, Proceed, Wait
+from atomix.effects import AbortSource, Effect, EffectClass
+from atomix.errors import IllegalTransition, UnknownTransaction
+from atomix.manager import TransactionManager
+from atomix.scopes import Scope, parse_scope
+
+# Leaves hold values; a table scope covers its rows.
+LEAVES = ("kv:t:1", "kv:t:2", "kv:u:1", "mail:a", "mail:b")
+READABLE = ("kv:t", "kv:t:1", "kv:t:2", "kv:u:1", "mail:a")
+WRITABLE = ("kv:t", "kv:t:1", "kv:t:2", "kv:u:1")
+MAILBOXES = ("mail:a", "mail:b")
+ALL_SCOPES = tuple(dict.fromkeys(READABLE + WRITABLE + MAILBOXES + ("kv:u",)))
+SCOPE = {s: parse_scope(s) for s in ALL_SCOPES}
+COVERED = {s: tuple(leaf for leaf in LEAVES if SCOPE[s].covers(SCOPE[leaf])) for s in ALL_SCOPES}
+MAX_LIVE = 6  # concurrent, unsettled transactions at most
+MAX_OPEN = 4  # of which still open (so that open ones get work before new ones begin)
+GROUPS = (None, None, None, None, "g1", "g2")
+VIOLATE = st.sampled_from([False] * 19 + [True])  # now and then, an access after seal
+FAIL = st.sampled_from([False, False, False, True])  # an apply or a compensation fails
+AND_FINISH = st.booleans()  # settle the plan at once, or leave it pending for a while
+EVENTS = ("seal", "try_commit", "abort", "read", "stage", "externalize", "finish", "forget")
+INITIAL = (0, "initial", 0, 0)  # (writer txid, class, serial, value)
+
+RUNS = {"examples": 0, "steps": 0}  # reported by the test run, never printed
+
+
+def overlaps(a: str, b: str) -> bool:
+    return SCOPE[a].overlaps(SCOPE[b])
+
+
+@dataclass
+class TxModel:
+    """The driver's own record of one transaction."""
+
+    txid: int
+    epoch: int
+    group: str | None
+    state: str = "open"
+    finished: bool = False
+    forgotten: bool = False
+    footprint: set[str] = field(default_factory=set)  # scopes the tx was told it may use
+    eager: set[str] = field(default_factory=set)  # scopes with its externalised effects
+    keys: set[str] = field(default_factory=set)
+    staged: list[Effect] = field(default_factory=list)  # first of each key, in order
+    duplicates: int = 0
+    resolved: bool = False  # a branch picked as its group's winner
+    plan: CommitPlan | AbortPlan | None = None
+    finish_time: int | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    time: int
+    txid: int
+    # "r": a value observed; "w": a value written into the world; "x": what a failed
+    # compensation left behind (the world is then what it is, residue included)
+    kind: str
+    leaf: str
+    version: tuple[int, str, int, int]
+
+
+class ProtocolMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        RUNS["examples"] += 1
+        self.mgr = TransactionManager()
+        self.world: dict[str, tuple[int, str, int, int]] = dict.fromkeys(LEAVES, INITIAL)
+        self.sent: list[tuple[int, str, str, tuple[int, str, int, int]]] = []
+        self.now = 0
+        self.serial = 0
+        self.txs: dict[int, TxModel] = {}
+        self.groups: dict[str, list[int]] = {}
+        self.events: list[Event] = []
+        self.version_time: dict[tuple[str, tuple[int, str, int, int]], int] = {}
+        # (leaf, value) an aborted transaction left in the world when a compensation failed
+        self.residue: set[tuple[str, tuple[int, str, int, int]]] = set()
+        self.waiting_on: dict[int, set[int]] = {}  # blocker -> txs told to wait for it
+        self.commits: list[tuple[int, int, int]] = []  # (time, txid, epoch) of each commit
+        self.stale_aborts = 0
+        self.frontiers = dict.fromkeys(ALL_SCOPES, 0)
+
+    # -- the world ---------------------------------------------------------------------------
+    def tick(self) -> int:
+        self.now += 1
+        return self.now
+
+    def new_version(self, txid: int, cls: str, value: int) -> tuple[int, str, int, int]:
+        self.serial += 1
+        return (txid, cls, self.serial, value)
+
+    def write_world(self, txid: int, leaf: str, version: tuple[int, str, int, int]) -> None:
+        t = self.tick()
+        self.world[leaf] = version
+        self.version_time[(leaf, version)] = t
+        self.events.append(Event(t, txid, "w", leaf, version))
+
+    def observe(self, txid: int, scope: str) -> None:
+        for leaf in COVERED[scope]:
+            version = self.world[leaf]
+            writer = version[0]
+            # isolation: nobody ever sees another transaction's unsettled effect
+            assert writer in (0, txid) or self.txs[writer].finished, (txid, leaf, version)
+            self.events.append(Event(self.tick(), txid, "r", leaf, version))
+
+    def buffered_write(self, txid: int, scope: str, value: int, key: str) -> Effect:
+        version = self.new_version(txid, "bufferable", value)
+
+        def apply() -> None:
+            for leaf in COVERED[scope]:
+                self.write_world(txid, leaf, version)
+
+        return Effect("put", EffectClass.BUFFERABLE, (SCOPE[scope],), key, apply=apply)
+
+    # -- picking -------------------------------------------------------------------------------
+    def known(self) -> list[int]:
+        return [t for t, m in self.txs.items() if not m.forgotten]
+
+    def live(self) -> list[int]:
+        return [t for t, m in self.txs.items() if not m.finished]
+
+    def pick(self, pool: list[int], i: int) -> TxModel:
+        return self.txs[pool[i % len(pool)]]
+
+    def state_of(self, tx: TxModel) -> str:
+        return self.mgr.get(tx.txid).state.value
+
+    # -- expectations the driver computes itself -------------------------------------------------
+    def expected_blockers(self, tx: TxModel, scopes: set[str]) -> set[int]:
+        return {
+            o.txid
+            for o in self.txs.values()
+            if o.epoch < tx.epoch
+            and not o.finished
+            and (tx.group is None or o.group != tx.group)
+            and any(overlaps(a, b) for a in scopes for b in o.footprint)
+        }
+
+    def check_wait(self, tx: TxModel, decision: Wait, expected: set[int]) -> None:
+        assert decision.txid == tx.txid
+        assert decision.blockers, "a Wait must name what it waits for"
+        for b in decision.blockers:
+            assert b.epoch < tx.epoch, f"tx {tx.txid} (epoch {tx.epoch}) waits on later {b}"
+            assert b.epoch == self.txs[b.txid].epoch
+            self.waiting_on.setdefault(b.txid, set()).add(tx.txid)
+        assert {b.txid for b in decision.blockers} == expected
+
+    def expect_illegal(self, tx: TxModel, call) -> None:  # noqa: ANN001
+        before = self.state_of(tx)
+        try:
+            call()
+        except IllegalTransition:
+            pass
+        else:
+            raise AssertionError(f"{tx.state} transaction {tx.txid} accepted an illegal event")
+        assert self.state_of(tx) == before == tx.state
+
+    def aborted(self, tx: TxModel, plan: AbortPlan, source: AbortSource | None = None) -> None:
+        assert isinstance(plan, AbortPlan) and plan.txid == tx.txid and plan.epoch == tx.epoch
+        if source is not None:
+            assert plan.source is source, (plan.source, source)
+        # the plan: reversible effects compensated in reverse staging order, the rest dropped
+        assert list(plan.compensate) == [
+            e for e in reversed(tx.staged) if e.effect_class is EffectClass.REVERSIBLE
+        ]
+        assert list(plan.drop) == [e for e in tx.staged if e.effect_class is not EffectClass.REVERSIBLE]
+        tx.state = "aborted"
+        tx.plan = plan
+        self.stale_aborts += plan.source is AbortSource.STALE_READ
+
+    def decided(self, tx: TxModel, decision: CommitPlan | Wait | AbortPlan) -> None:
+        """The answer to a commit attempt of a sealed or waiting transaction."""
+        expected = self.expected_blockers(tx, tx.footprint)
+        if isinstance(decision, Wait):
+            self.check_wait(tx, decision, expected)
+            tx.state = "waiting"
+            return
+        # liveness: with every earlier overlapping transaction settled, no Wait
+        assert not expected, f"tx {tx.txid} got {type(decision).__name__} despite {expected}"
+        if isinstance(decision, AbortPlan):
+            self.aborted(tx, decision)
+            return
+        assert isinstance(decision, CommitPlan) and decision.epoch == tx.epoch
+        by = {c: [e for e in tx.staged if e.effect_class is c] for c in EffectClass}
+        assert list(decision.apply) == by[EffectClass.BUFFERABLE]
+        assert list(decision.release) == by[EffectClass.IRREVERSIBLE]
+        assert list(decision.accept) == by[EffectClass.REVERSIBLE]
+        tx.state = "committed"
+        tx.plan = decision
+        self.commits.append((self.tick(), tx.txid, tx.epoch))
+
+    # -- rules -----------------------------------------------------------------------------------
+    @initialize(groups=st.lists(st.sampled_from(GROUPS), min_size=2, max_size=4))
+    def start(self, groups: list[str | None]) -> None:
+        for group in groups:
+            self.begin(group)
+
+    @precondition(
+        lambda self: len(self.live()) < MAX_LIVE
+        and sum(m.state == "open" for m in self.txs.values()) < MAX_OPEN
+    )
+    @rule(group=st.sampled_from(GROUPS))
+    def begin(self, group: str | None) -> None:
+        tx = self.mgr.begin(group=group)
+        assert all(tx.epoch > m.epoch for m in self.txs.values()), "epochs must increase"
+        assert tx.txid not in self.txs
+        self.txs[tx.txid] = TxModel(tx.txid, tx.epoch, group)
+        if group is not None:
+            self.groups.setdefault(group, []).append(tx.txid)
+
+    def accessor(self, i: int, after_seal: bool) -> TxModel:
+        """An open transaction; now and then (after_seal) a sealed one: a seal violation."""
+        opened = [t for t, m in self.txs.items() if m.state == "open"]
+        sealed = [t for t, m in self.txs.items() if m.state in ("sealed", "waiting")]
+        return self.pick(sealed if (after_seal and sealed) or not opened else opened, i)
+
+    def has_live_tx(self) -> bool:
+        return any(m.state in ("open", "sealed", "waiting") for m in self.txs.values())
+
+    @precondition(has_live_tx)
+    @rule(i=st.integers(0, 63), scope=st.sampled_from(READABLE), after_seal=VIOLATE)
+    def read(self, i: int, scope: str, after_seal: bool) -> None:
+        self._read(self.accessor(i, after_seal), scope, None)
+
+    @precondition(has_live_tx)
+    @rule(
+        i=st.integers(0, 63),
+        scope=st.sampled_from(WRITABLE),
+        value=st.integers(0, 9),
+        after_seal=VIOLATE,
+    )
+    def read_modify_write(self, i: int, scope: str, value: int, after_seal: bool) -> None:
+        """What agents do most: observe a scope, then buffer a new value for it."""
+        self._read(self.accessor(i, after_seal), scope, value)
+
+    def _read(self, tx: TxModel, scope: str, then_write: int | None) -> None:
+        eager_owners = {
+            o.txid
+            for o in self.txs.values()
+            if o is not tx and not o.finished and any(overlaps(scope, s) for s in o.eager)
+        }
+        decision = self.mgr.read(tx.txid, [scope])
+        if tx.state != "open":
+            self.aborted(tx, decision, AbortSource.SEAL_VIOLATION)
+        elif isinstance(decision, Proceed):
+            tx.footprint.add(scope)
+            self.observe(tx.txid, scope)
+            if then_write is not None:
+                key = f"{tx.txid}:rmw{self.serial}"
+                self._stage(tx, self.buffered_write(tx.txid, scope, then_write, key))
+        elif isinstance(decision, Wait):
+            # only an earlier, unsettled eager effect of another group holds a read up
+            expected = {
+                o for o in eager_owners
+                if self.txs[o].epoch < tx.epoch
+                and (tx.group is None or self.txs[o].group != tx.group)
+            }
+            self.check_wait(tx, decision, expected)
+        else:
+            self.aborted(tx, decision, AbortSource.STALE_READ)
+
+    def _stage(self, tx: TxModel, effect: Effect) -> None:
+        duplicate = effect.key in tx.keys
+        decision = self.mgr.stage(tx.txid, effect)
+        if tx.state != "open":
+            self.aborted(tx, decision, AbortSource.SEAL_VIOLATION)
+        elif isinstance(decision, Proceed):
+            if duplicate:
+                tx.duplicates += 1
+            else:
+                tx.keys.add(effect.key)
+                tx.staged.append(effect)
+                tx.footprint.update(str(s) for s in effect.scopes)
+        else:
+            assert effect.effect_class is not EffectClass.REVERSIBLE
+            self.aborted(tx, decision, AbortSource.STALE_READ)
+
+    @precondition(has_live_tx)
+    @rule(
+        i=st.integers(0, 63),
+        to=st.sampled_from(WRITABLE + MAILBOXES),
+        value=st.integers(0, 9),
+        key=st.integers(0, 2),
+        after_seal=VIOLATE,
+    )
+    def stage(self, i: int, to: str, value: int, key: int, after_seal: bool) -> None:
+        """Stage a buffered write to a row or table, or queue a mail (irreversible) at the
+        gate. A small key space per transaction: duplicated deliveries happen."""
+        tx = self.accessor(i, after_seal)
+        if to not in MAILBOXES:
+            self._stage(tx, self.buffered_write(tx.txid, to, value, f"{tx.txid}:w{key}"))
+            return
+        version = self.new_version(tx.txid, "irreversible", value)
+        ekey = f"{tx.txid}:m{key}"
+
+        def release() -> None:
+            self.sent.append((tx.txid, ekey, to, version))
+            self.write_world(tx.txid, to, version)
+
+        self._stage(tx, Effect("send", EffectClass.IRREVERSIBLE, (SCOPE[to],), ekey, apply=release))
+
+    @precondition(has_live_tx)
+    @rule(i=st.integers(0, 63), scope=st.sampled_from(WRITABLE), value=st.integers(0, 9), after_seal=VIOLATE)
+    def externalize_write(self, i: int, scope: str, value: int, after_seal: bool) -> None:
+        tx = self.accessor(i, after_seal)
+        decision = self.mgr.externalize(tx.txid, [scope])
+        if tx.state != "open":
+            self.aborted(tx, decision, AbortSource.SEAL_VIOLATION)
+            return
+        if isinstance(decision, Wait):
+            self.check_wait(tx, decision, self.expected_blockers(tx, {scope}))
+            return
+        if isinstance(decision, AbortPlan):
+            self.aborted(tx, decision, AbortSource.STALE_READ)
+            return
+        assert isinstance(decision, Proceed)
+        tx.eager.add(scope)
+        tx.footprint.add(scope)
+        # the driver runs the reversible effect now, remembering what it overwrote
+        version = self.new_version(tx.txid, "reversible", value)
+        before = {leaf: self.world[leaf] for leaf in COVERED[scope]}
+        for leaf in COVERED[scope]:
+            self.write_world(tx.txid, leaf, version)
+
+        def compensate() -> None:
+            for leaf, old in before.items():
+                self.world[leaf] = old
+
+        effect = Effect(
+            "book", EffectClass.REVERSIBLE, (SCOPE[scope],), f"{tx.txid}:r{self.serial}",
+            compensate=compensate,
+        )
+        self._stage(tx, effect)
+        assert tx.staged[-1] is effect
+
+    @precondition(lambda self: any(m.state == "open" for m in self.txs.values()))
+    @rule(i=st.integers(0, 63), and_commit=st.booleans(), and_finish=AND_FINISH)
+    def seal(self, i: int, and_commit: bool, and_finish: bool) -> None:
+        # a driver seals once the agent has done something; an empty one only if all are
+        opened = [t for t, m in self.txs.items() if m.state == "open"]
+        tx = self.pick([t for t in opened if self.txs[t].footprint] or opened, i)
+        self.mgr.seal(tx.txid)
+        tx.state = "sealed"
+        if and_commit and self.may_commit(tx):  # what a driver's commit() does
+            self.decided(tx, self.mgr.try_commit(tx.txid))
+            self.maybe_settle(tx, and_finish)
+
+    def maybe_settle(self, tx: TxModel, now: bool) -> None:
+        if now and tx.txid in self.settleable():
+            self.settle(tx)
+
+    def may_commit(self, tx: TxModel) -> bool:
+        """Driver contract (Runtime.branch / Runtime.resolve): a speculative branch is settled
+        by resolve, which aborts its siblings first; it is never committed on its own. Once
+        resolved, the winner is retried like any commit. (The core's own guard, that only one
+        branch of a group commits, is unit-tested in test_manager; committing branches
+        directly is unsafe with eager effects, see the open finding there.)"""
+        return tx.group is None or tx.resolved
+
+    def committable(self) -> list[int]:
+        return [
+            t for t, m in self.txs.items() if m.state in ("sealed", "waiting") and self.may_commit(m)
+        ]
+
+    @precondition(committable)
+    @rule(i=st.integers(0, 63), and_finish=AND_FINISH)
+    def try_commit(self, i: int, and_finish: bool) -> None:
+        tx = self.pick(self.committable(), i)
+        self.decided(tx, self.mgr.try_commit(tx.txid))
+        self.maybe_settle(tx, and_finish)
+
+    @precondition(has_live_tx)
+    @rule(i=st.integers(0, 63), source=st.sampled_from(list(AbortSource)), and_finish=AND_FINISH)
+    def abort(self, i: int, source: AbortSource, and_finish: bool) -> None:
+        pool = [t for t, m in self.txs.items() if m.state in ("open", "sealed", "waiting")]
+        tx = self.pick(pool, i)
+        self.aborted(tx, self.mgr.abort(tx.txid, source, "test"), source)
+        self.maybe_settle(tx, and_finish)
+
+    def settleable(self) -> list[int]:
+        """Transactions with a plan to carry out. Driver contract (as Runtime.resolve keeps
+        it): a losing branch's compensations run before the winning sibling's CommitPlan is
+        applied; the core does not order plans of one group (see test_manager)."""
+        pending = {
+            m.group for m in self.txs.values()
+            if m.group is not None and m.state == "aborted" and not m.finished
+            and isinstance(m.plan, AbortPlan) and m.plan.compensate
+        }
+        return [
+            t for t, m in self.txs.items()
+            if m.state in ("committed", "aborted") and not m.finished
+            and not (m.state == "committed" and m.group in pending)
+        ]
+
+    @precondition(settleable)
+    @rule(i=st.integers(0, 63), fail=FAIL, wake=st.booleans(), forget=st.booleans())
+    def finish(self, i: int, fail: bool, wake: bool, forget: bool) -> None:
+        """Settle a plan; then maybe forget some finished transaction (long-running drivers do)."""
+        self.settle(self.pick(self.settleable(), i), fail, wake)
+        done = [t for t, m in self.txs.items() if m.finished and not m.forgotten]
+        if forget:
+            tx = self.pick(done, i // 2)
+            self.mgr.forget(tx.txid)
+            tx.forgotten = True
+
+    def settle(self, tx: TxModel, fail: bool = False, wake: bool = True) -> None:
+        """Carry out the transaction's plan on the world, then tell the manager; with `wake`,
+        retry the commits it woke at once, as a driver does (else they retry later)."""
+        plan = tx.plan
+        failed: list[Effect] = []
+        residue: list[Effect] = []
+        done: list[str] = []
+        if isinstance(plan, CommitPlan):
+            for effect in plan.apply + plan.release:  # the driver applies and releases
+                if fail and not failed:
+                    failed.append(effect)  # this one never landed
+                    continue
+                assert effect.apply is not None
+                effect.apply()
+                done.append(effect.key)
+        else:
+            assert isinstance(plan, AbortPlan)
+            for effect in plan.compensate:  # in the plan's (reverse) order
+                if fail and not residue:
+                    residue.append(effect)  # this compensation failed
+                    continue
+                assert effect.compensate is not None
+                effect.compensate()
+                done.append(effect.key)
+        settlement, woken = self.mgr.finish(tx.txid, residue=residue, failed_applies=failed)
+        tx.finished = True
+        tx.finish_time = self.tick()
+        if residue:
+            for leaf in sorted({leaf for s in tx.eager for leaf in COVERED[s]}):
+                self.events.append(Event(tx.finish_time, tx.txid, "x", leaf, self.world[leaf]))
+                if self.world[leaf][0] == tx.txid:  # (a later compensation may have undone it)
+                    self.residue.add((leaf, self.world[leaf]))
+        assert set(woken) == self.waiting_on.pop(tx.txid, set())
+        for txid in woken if wake else ():
+            waiter = self.txs[txid]
+            if waiter.state == "waiting" and self.may_commit(waiter):
+                self.decided(waiter, self.mgr.try_commit(txid))
+        assert settlement.outcome == tx.state and settlement.epoch == tx.epoch
+        assert settlement.duplicates_suppressed == tx.duplicates
+        assert settlement.failed_applies == tuple(e.key for e in failed)
+        if isinstance(plan, CommitPlan):
+            assert settlement.applied == tuple(e.key for e in plan.apply if e.key in done)
+            assert settlement.released == tuple(e.key for e in plan.release if e.key in done)
+            assert settlement.accepted == tuple(e.key for e in plan.accept)
+            assert settlement.compensated == settlement.dropped == settlement.residue == ()
+        else:
+            assert settlement.abort_source == plan.source.value
+            assert settlement.compensated == tuple(done)
+            assert settlement.residue == tuple(e.key for e in residue)
+            assert settlement.dropped == tuple(e.key for e in plan.drop)
+            assert settlement.applied == settlement.released == settlement.accepted == ()
+        if tx.group is not None and all(self.txs[m].finished for m in self.groups[tx.group]):
+            del self.groups[tx.group]
+
+    def live_groups(self) -> list[str]:
+        return sorted(
+            g for g, members in self.groups.items()
+            if any(self.txs[m].state in ("open", "sealed", "waiting") for m in members)
+        )
+
+    @precondition(lambda self: self.live_groups())
+    @rule(g=st.integers(0, 7), w=st.integers(0, 63), any_member=st.sampled_from([False] * 4 + [True]))
+    def resolve(self, g: int, w: int, any_member: bool) -> None:
+        """Pick a winner: a live branch, or now and then any member (aborted, committed,
+        forgotten: the manager must cope)."""
+        groups = self.live_groups()
+        group = groups[g % len(groups)]
+        members = self.groups[group]
+        live = [m for m in members if self.txs[m].state in ("open", "sealed", "waiting")]
+        pool = members if any_member else live
+        winner = self.txs[pool[w % len(pool)]]
+        if winner.forgotten:
+            try:
+                self.mgr.resolve(group, winner.txid)
+            except UnknownTransaction:
+                return
+            raise AssertionError("resolve accepted a forgotten winner")
+        if winner.state == "committed":
+            states = {m: self.state_of(self.txs[m]) for m in members if not self.txs[m].forgotten}
+            try:
+                self.mgr.resolve(group, winner.txid)
+            except IllegalTransition:
+                pass
+            else:
+                raise AssertionError("resolve re-committed a committed winner")
+            assert states == {m: self.state_of(self.txs[m]) for m in states}
+            return
+        losers = [
+            self.txs[m] for m in members
+            if m != winner.txid and self.txs[m].state not in ("committed", "aborted")
+        ]
+        loser_plans, decision = self.mgr.resolve(group, winner.txid)
+        assert sorted(p.txid for p in loser_plans) == sorted(m.txid for m in losers)
+        for plan in loser_plans:
+            self.aborted(self.txs[plan.txid], plan, AbortSource.LOSING_SPECULATION)
+        if winner.state == "aborted":
+            assert isinstance(decision, AbortPlan) and decision.txid == winner.txid
+            return
+        winner.resolved = True
+        if winner.state == "open":
+            winner.state = "sealed"
+        self.decided(winner, decision)
+
+    @precondition(known)
+    @rule(i=st.integers(0, 63), event=st.sampled_from(EVENTS))
+    def illegal_event(self, i: int, event: str) -> None:
+        """An event the transaction's state does not allow raises and changes nothing."""
+        tx = self.pick(self.known(), i)
+        mgr, txid, state = self.mgr, tx.txid, tx.state
+        calls = {
+            "seal": (state != "open", lambda: mgr.seal(txid)),
+            "try_commit": (state not in ("sealed", "waiting"), lambda: mgr.try_commit(txid)),
+            "abort": (state in ("committed", "aborted"), lambda: mgr.abort(txid, "timeout")),
+            "read": (state in ("committed", "aborted"), lambda: mgr.read(txid, ["kv:t"])),
+            "stage": (
+                state in ("committed", "aborted"),
+                lambda: mgr.stage(txid, self.buffered_write(txid, "kv:t", 0, f"{txid}:w0")),
+            ),
+            "externalize": (state in ("committed", "aborted"), lambda: mgr.externalize(txid, ["kv:t"])),
+            "finish": (state not in ("committed", "aborted") or tx.finished, lambda: mgr.finish(txid)),
+            "forget": (not tx.finished, lambda: mgr.forget(txid)),
+        }
+        illegal, call = calls[event]
+        if illegal:
+            self.expect_illegal(tx, call)
+
+    # -- invariants ----------------------------------------------------------------------------
+    @invariant()
+    def mirrors_agree(self) -> None:
+        RUNS["steps"] += 1
+        for tx in self.txs.values():
+            if not tx.forgotten:
+                real = self.mgr.get(tx.txid)
+                assert real.state.value == tx.state and real.finished == tx.finished
+
+    @invariant()
+    def frontiers_never_regress(self) -> None:
+        for scope in ALL_SCOPES:
+            now = self.mgr.frontier(scope)
+            assert now >= self.frontiers[scope], (scope, self.frontiers[scope], now)
+            self.frontiers[scope] = now
+
+    @invariant()
+    def blockers_are_exactly_the_earlier_overlapping_unsettled(self) -> None:
+        for tx in self.txs.values():
+            if tx.finished:
+                continue
+            got = self.mgr.blockers(tx.txid)
+            assert all(b.epoch < tx.epoch for b in got)
+            # liveness (no blockers once earlier overlapping work settled) and safety (every
+            # unsettled earlier overlapping transaction of another group is one)
+            assert {b.txid for b in got} == self.expected_blockers(tx, tx.footprint)
+
+    @invariant()
+    def aborted_effects_never_visible(self) -> None:
+        for leaf, (writer, cls, _, _) in self.world.items():
+            if writer == 0:
+                continue
+            w = self.txs[writer]
+            if cls in ("bufferable", "irreversible"):
+                assert w.state == "committed", f"{leaf} shows a {cls} effect of {w.state} tx {writer}"
+            elif w.state == "aborted" and w.finished:
+                assert (leaf, self.world[leaf]) in self.residue, f"{leaf}: uncompensated {writer}"
+        for writer, _, _, _ in self.sent:
+            assert self.txs[writer].state == "committed", f"aborted tx {writer} sent mail"
+
+    @invariant()
+    def world_holds_the_last_committed_write(self) -> None:
+        """Once no unsettled eager effect covers a leaf, it holds the last committed (or
+        residue) value written there: nothing committed was lost or rolled back."""
+        for leaf in LEAVES:
+            if any(
+                not m.finished and any(leaf in COVERED[s] for s in m.eager)
+                for m in self.txs.values()
+            ):
+                continue
+            last = INITIAL
+            for e in self.events:
+                if e.leaf == leaf and (
+                    (e.kind == "w" and self.txs[e.txid].state == "committed") or e.kind == "x"
+                ):
+                    last = e.version
+            assert self.world[leaf] == last, f"{leaf} holds {self.world[leaf]}, last write {last}"
+
+    @invariant()
+    def committed_history_is_serialisable_in_epoch_order(self) -> None:
+        epochs = {txid: epoch for _, txid, epoch in self.commits}
+        assert len(epochs) == len(self.commits), "a transaction committed twice"
+        edges = self.conflict_edges(epochs)
+        for a, b in edges:
+            if a in epochs and b in epochs:
+                assert epochs[a] < epochs[b], f"conflict edge {a}->{b} against epoch order {edges}"
+        assert not _has_cycle(edges), f"conflict cycle in {sorted(map(str, edges))}"
+
+    def teardown(self) -> None:
+        # steer the search towards histories with many conflicts between committed work
+        edges = self.conflict_edges({txid: epoch for _, txid, epoch in self.commits})
+        target(float(len(edges)), label="conflict edges")
+        target(float(self.stale_aborts), label="stale aborts")
+
+    def conflict_edges(self, epochs: dict[int, int]) -> set[tuple[object, object]]:
+        """The conflict graph of the committed history, from the driver's own log."""
+        writers = {(e.leaf, e.version) for e in self.events if e.kind == "w"}
+
+        def node(txid: int, written: tuple[str, tuple[int, str, int, int]] | None = None) -> object:
+            if txid in epochs:
+                return txid
+            if written is not None and written in self.residue:
+                return ("residue", txid)  # a failed compensation left it in the world for good
+            return None
+
+        edges: set[tuple[object, object]] = set()
+        by_leaf: dict[str, list[Event]] = {}
+        for e in self.events:
+            if e.kind in ("r", "w"):
+                by_leaf.setdefault(e.leaf, []).append(e)
+        for leaf, evs in by_leaf.items():
+            writes = [w for w in evs if w.kind == "w"]
+            for j, b in enumerate(evs):
+                nb = node(b.txid, (leaf, b.version) if b.kind == "w" else None)
+                if nb is None:
+                    continue
+                # conflicts in the order they happened
+                for a in evs[:j]:
+                    if a.txid == b.txid or "w" not in (a.kind, b.kind):
+                        continue
+                    na = node(a.txid, (leaf, a.version) if a.kind == "w" else None)
+                    if na is not None:
+                        edges.add((na, nb))
+                if b.kind != "r":
+                    continue
+                # reads-from: the writer of the value observed precedes the reader
+                if b.version != INITIAL and b.version[0] != b.txid:
+                    nw = node(b.version[0], (leaf, b.version))
+                    assert nw is not None, f"tx {b.txid} committed a read of an aborted value"
+                    assert (leaf, b.version) in writers
+                    edges.add((nw, nb))
+                # anti-dependency: every later version of the leaf follows the reader
+                seen = self.version_time.get((leaf, b.version), 0)
+                for w in writes:
+                    if w.time > seen and w.txid != b.txid:
+                        nw = node(w.txid, (leaf, w.version))
+                        if nw is not None:
+                            edges.add((nb, nw))
+        return edges
+
+
+def _has_cycle(edges: set[tuple[object, object]]) -> bool:
+    succ: dict[object, list[object]] = {}
+    for a, b in edges:
+        succ.setdefault(a, []).append(b)
+    colour: dict[object, int] = {}
+    for start in succ:
+        if colour.get(start):
+            continue
+        stack = [(start, iter(succ.get(start, ())))]
+        colour[start] = 1
+        while stack:
+            n, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                colour[n] = 2
+                stack.pop()
+            elif colour.get(nxt) == 1:
+                return True
+            elif not colour.get(nxt):
+                colour[nxt] = 1
+                stack.append((nxt, iter(succ.get(nxt, ()))))
+    return False
+
+
+ProtocolMachine.TestCase.settings = settings(
+    max_examples=int(os.environ.get("ATOMIX_PBT_EXAMPLES", 500)),
+    stateful_step_count=40,
+    deadline=None,
+)
+TestProtocol = ProtocolMachine.TestCase
+
+
+def test_cycle_search() -> None:
+    assert _has_cycle({(1, 2), (2, 3), (3, 1)})
+    assert not _has_cycle({(1, 2), (2, 3), (1, 3)})
+    assert _has_cycle({(1, 1)})
+
+
+def test_scopes_overlap_as_the_machine_assumes() -> None:
+    assert COVERED["kv:t"] == ("kv:t:1", "kv:t:2")
+    assert overlaps("kv:t", "kv:t:1") and overlaps("kv:t:2", "kv:t")
+    assert not overlaps("kv:t:1", "kv:t:2") and not overlaps("kv:t", "kv:u:1")
+    assert isinstance(SCOPE["kv:t"], Scope)
+
+
+def test_machine_replays_a_residue_undone_by_an_older_compensation() -> None:
+    """A fixed interleaving through the machine's own rules: the newer effect's compensation
+    fails (residue) and the older one's then restores the value from before both."""
+    m = ProtocolMachine()
+    m.start([None, None])
+    m.externalize_write(0, "kv:t", 1, False)
+    m.externalize_write(0, "kv:t", 2, False)
+    m.abort(0, AbortSource.TOOL_FAILURE, False)
+    m.finish(0, True, True, False)
+    assert m.world["kv:t:1"] == INITIAL and not m.residue
+    m.read(0, "kv:t", False)
+    m.seal(0, True, True)
+    assert m.txs[2].state == "committed"
+    for name in INVARIANTS:
+        getattr(m, name)()
+
+
+INVARIANTS = (
+    "mirrors_agree",
+    "frontiers_never_regress",
+    "blockers_are_exactly_the_earlier_overlapping_unsettled",
+    "aborted_effects_never_visible",
+    "world_holds_the_last_committed_write",
+    "committed_history_is_serialisable_in_epoch_order",
+)
