@@ -278,12 +278,32 @@ class TransactionManager:
         return found
 
     def blockers(self, txid: int) -> list[Blocker]:
-        """Earlier unsettled transactions on this one's footprint: what its commit waits for."""
+        """What this transaction's commit waits for: earlier unsettled transactions on its
+        footprint, and aborted branches of its own group whose compensations on its footprint
+        are still pending (their before-images would otherwise overwrite what it commits).
+        Neither kind can wait on it in turn: an aborted branch only finishes."""
         tx = self.get(txid)
         scopes = tx.footprint() or ({GLOBAL_SCOPE} if self._global else set())
         found: list[Blocker] = []
         for scope in scopes:
             found.extend(self._earlier_holders(tx, scope))
+        if tx.group is not None:
+            found.extend(self._compensating_siblings(tx, scopes))
+        return found
+
+    def _compensating_siblings(self, tx: Transaction, scopes: set[Scope]) -> list[Blocker]:
+        found: list[Blocker] = []
+        for txid in self._groups.get(tx.group or "", ()):
+            other = self._txs.get(txid)
+            if other is None or other is tx or other.finished or other.state is not TxState.ABORTED:
+                continue
+            for effect in other.effects:
+                if effect.effect_class is not EffectClass.REVERSIBLE:
+                    continue
+                for s in effect.scopes:
+                    scope = self.scope(s)
+                    if any(scope.overlaps(mine) for mine in scopes):
+                        found.append(Blocker(other.txid, other.epoch, str(scope)))
         return found
 
     def try_commit(self, txid: int) -> CommitPlan | Wait | AbortPlan:

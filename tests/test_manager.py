@@ -856,7 +856,7 @@ def test_no_scope_on_read_registers_nothing() -> None:
 # --------------------------------------------------------------------------- open findings
 
 
-def _sibling_race(mgr: TransactionManager, world: dict[str, object]) -> tuple[AbortPlan, CommitPlan]:
+def _sibling_race(mgr: TransactionManager, world: dict[str, object]) -> tuple[AbortPlan, Wait]:
     """Branch a runs a reversible effect on x; branch b buffers a write to x and wins."""
     x = mgr.scope("kv:x")
     a, b = mgr.begin(group="g"), mgr.begin(group="g")
@@ -870,34 +870,33 @@ def _sibling_race(mgr: TransactionManager, world: dict[str, object]) -> tuple[Ab
         b.txid, Effect("put", EffectClass.BUFFERABLE, (x,), "wb", apply=lambda: world.update(x="b"))
     )
     losers, decision = mgr.resolve("g", b.txid)
-    assert isinstance(decision, CommitPlan)
+    assert isinstance(decision, Wait)
     return losers[0], decision
 
 
-def test_winner_survives_when_losers_are_compensated_first() -> None:
+def test_the_winner_waits_for_a_losing_siblings_pending_compensation() -> None:
+    # Were the winner's CommitPlan issued now, a driver that applied it before running the
+    # loser's compensation would see the committed write rolled back to the before-image.
     mgr, world = TransactionManager(), {"x": None}
-    loser, winner = _sibling_race(mgr, world)
-    for effect in loser.compensate:  # what Runtime.resolve does: losers first
+    loser, wait = _sibling_race(mgr, world)
+    assert [b.txid for b in wait.blockers] == [loser.txid]
+    for effect in loser.compensate:
         effect.compensate()
-    mgr.finish(loser.txid)
-    for effect in winner.apply:
+    _, woken = mgr.finish(loser.txid)
+    assert woken == [wait.txid]
+    plan = mgr.try_commit(wait.txid)
+    assert isinstance(plan, CommitPlan)
+    for effect in plan.apply:
         effect.apply()
-    mgr.finish(winner.txid)
+    mgr.finish(wait.txid)
     assert world == {"x": "b"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open finding: the core issues the winner's CommitPlan while a losing sibling's "
-    "compensation on the same scope is pending, and does not order the two plans",
-)
-def test_winner_survives_whatever_order_the_driver_settles_in() -> None:
-    mgr, world = TransactionManager(), {"x": None}
-    loser, winner = _sibling_race(mgr, world)
-    for effect in winner.apply:  # the winner's driver is quicker than the loser's
-        effect.apply()
-    mgr.finish(winner.txid)
-    for effect in loser.compensate:
-        effect.compensate()
-    mgr.finish(loser.txid)
-    assert world == {"x": "b"}  # the committed write was rolled back by the compensation
+def test_a_sibling_without_reversible_effects_does_not_hold_the_winner_back() -> None:
+    mgr = TransactionManager()
+    x = mgr.scope("kv:x")
+    a, b = mgr.begin(group="g"), mgr.begin(group="g")
+    mgr.stage(a.txid, Effect("put", EffectClass.BUFFERABLE, (x,), "wa", apply=lambda: None))
+    mgr.stage(b.txid, Effect("put", EffectClass.BUFFERABLE, (x,), "wb", apply=lambda: None))
+    _, decision = mgr.resolve("g", b.txid)
+    assert isinstance(decision, CommitPlan)

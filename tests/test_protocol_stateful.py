@@ -146,7 +146,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # -- expectations the driver computes itself -------------------------------------------------
     def expected_blockers(self, tx: TxModel, scopes: set[str]) -> set[int]:
-        return {
+        earlier = {
             o.txid
             for o in self.txs.values()
             if o.epoch < tx.epoch
@@ -154,12 +154,36 @@ class ProtocolMachine(RuleBasedStateMachine):
             and (tx.group is None or o.group != tx.group)
             and any(overlaps(a, b) for a in scopes for b in o.footprint)
         }
+        return earlier | self.compensating_siblings(tx, scopes)
+
+    def compensating_siblings(self, tx: TxModel, scopes: set[str]) -> set[int]:
+        """Aborted branches of tx's group whose compensations on its scopes are pending."""
+        if tx.group is None:
+            return set()
+        return {
+            o.txid
+            for o in self.txs.values()
+            if o is not tx
+            and o.group == tx.group
+            and o.state == "aborted"
+            and not o.finished
+            and any(
+                overlaps(a, str(s))
+                for e in o.staged
+                if e.effect_class is EffectClass.REVERSIBLE
+                for s in e.scopes
+                for a in scopes
+            )
+        }
 
     def check_wait(self, tx: TxModel, decision: Wait, expected: set[int]) -> None:
         assert decision.txid == tx.txid
         assert decision.blockers, "a Wait must name what it waits for"
+        siblings = self.compensating_siblings(tx, tx.footprint)
         for b in decision.blockers:
-            assert b.epoch < tx.epoch, f"tx {tx.txid} (epoch {tx.epoch}) waits on later {b}"
+            # only earlier epochs, or an aborted branch of its own group still compensating
+            # (which never waits itself, so no cycle can form)
+            assert b.epoch < tx.epoch or b.txid in siblings, f"tx {tx.txid} (epoch {tx.epoch}) waits on later {b}"
             assert b.epoch == self.txs[b.txid].epoch
             self.waiting_on.setdefault(b.txid, set()).add(tx.txid)
         assert {b.txid for b in decision.blockers} == expected
@@ -570,7 +594,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             if tx.finished:
                 continue
             got = self.mgr.blockers(tx.txid)
-            assert all(b.epoch < tx.epoch for b in got)
+            siblings = self.compensating_siblings(tx, tx.footprint)
+            assert all(b.epoch < tx.epoch or b.txid in siblings for b in got)
             # liveness (no blockers once earlier overlapping work settled) and safety (every
             # unsettled earlier overlapping transaction of another group is one)
             assert {b.txid for b in got} == self.expected_blockers(tx, tx.footprint)
