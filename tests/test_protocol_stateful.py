@@ -421,18 +421,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.maybe_settle(tx, and_finish)
 
     def settleable(self) -> list[int]:
-        """Transactions with a plan to carry out. Driver contract (as Runtime.resolve keeps
-        it): a losing branch's compensations run before the winning sibling's CommitPlan is
-        applied; the core does not order plans of one group (see test_manager)."""
-        pending = {
-            m.group for m in self.txs.values()
-            if m.group is not None and m.state == "aborted" and not m.finished
-            and isinstance(m.plan, AbortPlan) and m.plan.compensate
-        }
+        """Transactions with a plan to carry out, in any order: the core makes a winning
+        branch wait for a losing sibling's pending compensations on its scopes."""
         return [
-            t for t, m in self.txs.items()
-            if m.state in ("committed", "aborted") and not m.finished
-            and not (m.state == "committed" and m.group in pending)
+            t for t, m in self.txs.items() if m.state in ("committed", "aborted") and not m.finished
         ]
 
     @precondition(settleable)
