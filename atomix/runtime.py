@@ -299,7 +299,10 @@ class Runtime:
         losers = []
         for plan in loser_plans:
             session = sessions.get(plan.txid) or self._sessions_by_id(plan.txid)
-            losers.append(winner._driver.drive(session.settle_abort(plan)))
+            if plan.compensate:
+                losers.append(winner._driver.drive(session.settle_abort(plan)))
+            else:  # nothing was externalised: dropping is all there is, no driver step needed
+                losers.append(session.settle_dropped(plan))
         steps = _resume_commit(winner.session, decision, winner._driver)
         return winner._driver.drive(steps), losers
 

@@ -249,6 +249,11 @@ class TxSession:
         outcome: Outcome = yield ApplyAbort(plan)
         return self._finish(residue=outcome.residue)
 
+    def settle_dropped(self, plan: AbortPlan) -> Settlement:
+        """settle_abort for a plan with nothing to compensate (its effects are only dropped)."""
+        assert not plan.compensate and plan.txid == self.txid
+        return self._finish()
+
     def _abort_and_raise(self, plan: AbortPlan) -> Steps:
         settlement = yield from self.settle_abort(plan)
         raise TransactionAborted(self.txid, plan.source.value, plan.detail, settlement)
