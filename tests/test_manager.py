@@ -853,7 +853,7 @@ def test_no_scope_on_read_registers_nothing() -> None:
     assert isinstance(commit(mgr, writer), CommitPlan)  # the earlier reader is not waited for
 
 
-# --------------------------------------------------------------------------- open findings
+# --------------------------------------------------------------------------- branches and compensations
 
 
 def _sibling_race(mgr: TransactionManager, world: dict[str, object]) -> tuple[AbortPlan, Wait]:
@@ -900,3 +900,34 @@ def test_a_sibling_without_reversible_effects_does_not_hold_the_winner_back() ->
     mgr.stage(b.txid, Effect("put", EffectClass.BUFFERABLE, (x,), "wb", apply=lambda: None))
     _, decision = mgr.resolve("g", b.txid)
     assert isinstance(decision, CommitPlan)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open finding: a branch committed on its own (first to succeed, no resolve) while a "
+    "sibling is still open with an externalised effect on the same scope; that sibling can no "
+    "longer win, and its compensation later rolls the committed write back",
+)
+def test_a_branch_committed_on_its_own_survives_its_open_siblings_compensation() -> None:
+    mgr, world = TransactionManager(), {"x": None}
+    x = mgr.scope("kv:x")
+    a, b = mgr.begin(group="g"), mgr.begin(group="g")
+    assert isinstance(mgr.externalize(a.txid, [x]), Proceed)
+    world["x"] = "a"
+    mgr.stage(
+        a.txid,
+        Effect("book", EffectClass.REVERSIBLE, (x,), "ra", compensate=lambda: world.update(x=None)),
+    )
+    mgr.stage(
+        b.txid, Effect("put", EffectClass.BUFFERABLE, (x,), "wb", apply=lambda: world.update(x="b"))
+    )
+    plan = commit(mgr, b)  # a is open: nothing to wait for
+    assert isinstance(plan, CommitPlan)
+    for effect in plan.apply:
+        effect.apply()
+    mgr.finish(b.txid)
+    loser = mgr.abort(a.txid, AbortSource.LOSING_SPECULATION)
+    for effect in loser.compensate:
+        effect.compensate()
+    mgr.finish(a.txid)
+    assert world == {"x": "b"}

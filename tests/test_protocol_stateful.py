@@ -97,6 +97,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.waiting_on: dict[int, set[int]] = {}  # blocker -> txs told to wait for it
         self.commits: list[tuple[int, int, int]] = []  # (time, txid, epoch) of each commit
         self.stale_aborts = 0
+        self.late_accesses = 0  # accesses to a scope where a later epoch already committed
         self.frontiers = dict.fromkeys(ALL_SCOPES, 0)
 
     # -- the world ---------------------------------------------------------------------------
@@ -282,6 +283,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             for o in self.txs.values()
             if o is not tx and not o.finished and any(overlaps(scope, s) for s in o.eager)
         }
+        self.note_access(tx, scope)
         decision = self.mgr.read(tx.txid, [scope])
         if tx.state != "open":
             self.aborted(tx, decision, AbortSource.SEAL_VIOLATION)
@@ -304,6 +306,8 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     def _stage(self, tx: TxModel, effect: Effect) -> None:
         duplicate = effect.key in tx.keys
+        for scope in effect.scopes:
+            self.note_access(tx, str(scope))
         decision = self.mgr.stage(tx.txid, effect)
         if tx.state != "open":
             self.aborted(tx, decision, AbortSource.SEAL_VIOLATION)
@@ -346,6 +350,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 63), scope=st.sampled_from(WRITABLE), value=st.integers(0, 9), after_seal=VIOLATE)
     def externalize_write(self, i: int, scope: str, value: int, after_seal: bool) -> None:
         tx = self.accessor(i, after_seal)
+        self.note_access(tx, scope)
         decision = self.mgr.externalize(tx.txid, [scope])
         if tx.state != "open":
             self.aborted(tx, decision, AbortSource.SEAL_VIOLATION)
@@ -638,6 +643,15 @@ class ProtocolMachine(RuleBasedStateMachine):
         edges = self.conflict_edges({txid: epoch for _, txid, epoch in self.commits})
         target(float(len(edges)), label="conflict edges")
         target(float(self.stale_aborts), label="stale aborts")
+        target(float(self.late_accesses), label="late accesses")
+
+    def note_access(self, tx: TxModel, scope: str) -> None:
+        """Count accesses that come late (a later epoch committed on the scope already): the
+        search is steered towards them, as they are where frontiers must hold."""
+        self.late_accesses += any(
+            c.epoch > tx.epoch and c.state == "committed" and any(overlaps(scope, s) for s in c.footprint)
+            for c in self.txs.values()
+        )
 
     def conflict_edges(self, epochs: dict[int, int]) -> set[tuple[object, object]]:
         """The conflict graph of the committed history, from the driver's own log."""
