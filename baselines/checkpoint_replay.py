@@ -23,7 +23,7 @@ from atomix.effects import AbortSource
 from harness.clock import VirtualClock
 from harness.modes import AgentContext, ModeSession, ModeSettings, TrialMode, register
 from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolCall
+from harness.tooling import ToolCall
 
 
 class CheckpointReplayTrial(TrialMode):
@@ -52,16 +52,7 @@ class CheckpointReplaySession(ModeSession):
     trial: CheckpointReplayTrial
 
     async def call(self, call: ToolCall) -> Any:
-        ctx, tool, args = self.ctx, call.tool, call.args
-        if tool.effect is None:
-            meta = ctx.meta(call.op_id, read=True)
-        else:
-            meta = ctx.meta(call.op_id, idem=tool.idempotent)
-        delivery = Delivery(None, meta)
-        try:
-            return ctx.boundary.deliver(call.op_id, lambda: tool.run(ctx.env, args, delivery))
-        finally:
-            await ctx.boundary.pay()
+        return await self.call_directly(call)
 
     def checkpoint(self, step: int, memory: dict[str, Any]) -> None:
         # A deep copy: the agent keeps mutating its memory after the checkpoint is taken.

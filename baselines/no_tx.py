@@ -16,19 +16,14 @@ from atomix.effects import AbortSource
 from harness.clock import VirtualClock
 from harness.modes import AgentContext, ModeSession, ModeSettings, TrialMode, register
 from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolCall
+from harness.tooling import ToolCall
 
 
 class DirectSession(ModeSession):
     """Executes each call at once, without keys; nothing to commit or undo."""
 
     async def call(self, call: ToolCall) -> Any:
-        ctx, tool, args = self.ctx, call.tool, call.args
-        delivery = Delivery(None, ctx.meta(call.op_id, idem=tool.idempotent))
-        try:
-            return ctx.boundary.deliver(call.op_id, lambda: tool.run(ctx.env, args, delivery))
-        finally:
-            await ctx.boundary.pay()
+        return await self.call_directly(call)
 
     async def commit(self) -> None:
         return None

@@ -18,7 +18,7 @@ from harness.clock import VirtualClock
 from harness.locks import LockManager
 from harness.modes import AgentContext, ModeSession, ModeSettings, TrialMode, register
 from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolCall
+from harness.tooling import ToolCall
 
 
 class PerCallLockSession(ModeSession):
@@ -31,19 +31,13 @@ class PerCallLockSession(ModeSession):
     trial: PerCallLockTrial
 
     async def call(self, call: ToolCall) -> Any:
-        ctx, tool, args, site = self.ctx, call.tool, call.args, call.op_id
-        env, boundary, locks = ctx.env, ctx.boundary, self.trial.locks
+        ctx, tool, args, locks = self.ctx, call.tool, call.args, self.trial.locks
         # A lock time-out raises Aborted(TIMEOUT) with nothing held: no clean-up needed.
-        await locks.acquire(ctx, [*tool.reads(env, args), *tool.writes(env, args)])
-        if tool.effect is None:
-            delivery = Delivery(None, ctx.meta(site, read=True))
-        else:
-            delivery = Delivery(None, ctx.meta(site, idem=tool.idempotent))
+        await locks.acquire(ctx, [*tool.reads(ctx.env, args), *tool.writes(ctx.env, args)])
         try:
-            return boundary.deliver(site, lambda: tool.run(env, args, delivery))
-        finally:
             # The call's latency (and a stall) is spent holding the lock, as it would be.
-            await boundary.pay()
+            return await self.call_directly(call)
+        finally:
             locks.release(ctx.trace)
 
     async def commit(self) -> None:

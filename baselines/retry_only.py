@@ -21,7 +21,7 @@ from harness import faults
 from harness.clock import Sleep, VirtualClock
 from harness.modes import AgentContext, ModeSession, ModeSettings, TrialMode, register
 from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolCall
+from harness.tooling import ToolCall
 
 
 class RetrySession(ModeSession):
@@ -32,16 +32,12 @@ class RetrySession(ModeSession):
     """
 
     async def call(self, call: ToolCall) -> Any:
-        ctx, tool, args = self.ctx, call.tool, call.args
-        if tool.effect is None:
-            meta = ctx.meta(call.op_id, read=True)
-        else:
-            meta = ctx.meta(call.op_id, idem=tool.idempotent)
-        delivery = Delivery(None, meta)
+        ctx = self.ctx
+        delivery = self.keyless(call)
         retries = ctx.settings.step_retries
         for attempt in range(retries + 1):
             try:
-                return ctx.boundary.deliver(call.op_id, lambda: tool.run(ctx.env, args, delivery))
+                return self.deliver(call, delivery)
             except faults.ToolFault:
                 # The caller cannot tell F1 from F2 (that is the point of "ambiguous"), so a
                 # retry wrapper retries both; the re-application after F2 is its known failure.

@@ -25,7 +25,7 @@ from harness.clock import VirtualClock
 from harness.locks import LockManager
 from harness.modes import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
 from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolCall
+from harness.tooling import ToolCall
 
 
 class WorkflowLockSession(ModeSession):
@@ -50,19 +50,11 @@ class WorkflowLockSession(ModeSession):
             raise
 
     async def call(self, call: ToolCall) -> Any:
-        ctx, tool, args, site = self.ctx, call.tool, call.args, call.op_id
-        env, boundary = ctx.env, ctx.boundary
+        env, tool, args = self.ctx.env, call.tool, call.args
         # Normally a no-op (re-entrant: the footprint is already held); a scope outside the
         # declared footprint is locked here, in the middle of the workflow.
         await self._lock([*tool.reads(env, args), *tool.writes(env, args)])
-        if tool.effect is None:
-            delivery = Delivery(None, ctx.meta(site, read=True))
-        else:
-            delivery = Delivery(None, ctx.meta(site, idem=tool.idempotent))
-        try:
-            return boundary.deliver(site, lambda: tool.run(env, args, delivery))
-        finally:
-            await boundary.pay()
+        return await self.call_directly(call)
 
     async def commit(self) -> None:
         self.trial.locks.release(self.ctx.trace)

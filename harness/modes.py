@@ -118,6 +118,24 @@ class ModeSession(ABC):
     @abstractmethod
     async def abort(self, source: AbortSource | str, detail: str = "") -> None: ...
 
+    def keyless(self, call: ToolCall) -> Delivery:
+        """The delivery of a call made without an idempotency key (what most mechanisms do)."""
+        if call.tool.effect is None:
+            return Delivery(None, self.ctx.meta(call.op_id, read=True))
+        return Delivery(None, self.ctx.meta(call.op_id, idem=call.tool.idempotent))
+
+    def deliver(self, call: ToolCall, delivery: Delivery) -> Any:
+        """One real delivery of `call` through the boundary (faults apply; latency is owed)."""
+        ctx, tool = self.ctx, call.tool
+        return ctx.boundary.deliver(call.op_id, lambda: tool.run(ctx.env, call.args, delivery))
+
+    async def call_directly(self, call: ToolCall) -> Any:
+        """Execute `call` now, without a key, and pay its latency."""
+        try:
+            return self.deliver(call, self.keyless(call))
+        finally:
+            await self.ctx.boundary.pay()
+
     def undo(self, call: ToolCall, before: Any, delivery: Delivery) -> bool:
         """Restore `call`'s before-image through the boundary (a compensation, a rollback);
         False when it failed and the effect stays applied (residue)."""
