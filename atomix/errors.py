@@ -26,11 +26,12 @@ class IllegalTransition(AtomixError):
     The transaction is left exactly as it was.
     """
 
-    def __init__(self, txid: int, state: str, event: str) -> None:
+    def __init__(self, txid: int, state: str, event: str, why: str = "") -> None:
         self.txid = txid
         self.state = state
         self.event = event
-        super().__init__(f"transaction {txid}: event {event!r} is not allowed in state {state!r}")
+        msg = f"transaction {txid}: event {event!r} is not allowed in state {state!r}"
+        super().__init__(f"{msg}: {why}" if why else msg)
 
 
 class UnknownTransaction(AtomixError, KeyError):

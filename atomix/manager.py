@@ -61,6 +61,7 @@ class TransactionManager:
         self._txs: dict[int, Transaction] = {}
         self._groups: dict[str, list[int]] = {}
         self._won: set[str] = set()  # groups one of whose branches committed
+        self._picked: dict[str, int] = {}  # group -> the branch resolve picked as its winner
         self._unfinished: dict[str, int] = {}  # per group, branches not yet finished
         self._waiters: dict[int, set[int]] = {}
         self._next_txid = 1
@@ -307,17 +308,36 @@ class TransactionManager:
         return found
 
     def try_commit(self, txid: int) -> CommitPlan | Wait | AbortPlan:
-        """Commit if the frontiers allow and every read is still current."""
+        """Commit if the frontiers allow and every read is still current.
+
+        A speculative branch whose siblings are still live commits only as the winner that
+        `resolve` picked: resolve aborts the siblings first, so none of their compensations
+        can later roll back what the winner committed (siblings never wait on each other, so
+        nothing else would order them).
+        """
         tx = self.get(txid)
         if tx.state not in (TxState.SEALED, TxState.WAITING):
             raise IllegalTransition(txid, tx.state.value, TxEvent.COMMIT.value)
+        group = tx.group
+        if group is not None and group not in self._picked:
+            live = [
+                t for t in self._groups.get(group, ())
+                if t != txid and self._txs[t].state not in TERMINAL
+            ]
+            if live:
+                raise IllegalTransition(
+                    txid,
+                    tx.state.value,
+                    TxEvent.COMMIT.value,
+                    f"branches {live} of group {group!r} are live; settle it with resolve",
+                )
         if self.options.wait_for_frontiers:
             found = self.blockers(txid)
             if found:
                 tx.state = next_state(txid, tx.state, TxEvent.WAIT)
                 return self._wait(tx, found)
-        if tx.group is not None and tx.group in self._won:
-            return self.abort(txid, AbortSource.LOSING_SPECULATION, f"{tx.group} has a winner")
+        if group is not None and (group in self._won or self._picked.get(group, txid) != txid):
+            return self.abort(txid, AbortSource.LOSING_SPECULATION, f"{group} has a winner")
         if self.options.abort_on_stale:
             for scope, seen in tx.reads.items():
                 if self._real.last_write_seq(scope) > seen:
@@ -366,6 +386,7 @@ class TransactionManager:
             raise UnknownTransaction(f"transaction {winner} is not a branch of group {group!r}")
         if self._txs[winner].state is TxState.COMMITTED:
             raise IllegalTransition(winner, TxState.COMMITTED.value, "resolve")
+        self._picked[group] = winner
         losers = []
         for txid in members:
             tx = self._txs[txid]
@@ -421,6 +442,7 @@ class TransactionManager:
                 self._unfinished.pop(tx.group, None)
                 self._groups.pop(tx.group, None)
                 self._won.discard(tx.group)
+                self._picked.pop(tx.group, None)
             else:
                 self._unfinished[tx.group] = left
         return self._settlement(tx, residue, failed_applies, waited), woken
@@ -477,6 +499,10 @@ class TransactionManager:
             reads=tuple(sorted(map(str, tx.reads))) if tx.reads else (),
             writes=tuple(sorted(map(str, tx.effect_scopes))),
         )
+
+    def winner(self, group: str) -> int | None:
+        """The branch `resolve` picked in this live group, if it has picked one."""
+        return self._picked.get(group)
 
     def forget(self, txid: int) -> None:
         """Drop a finished transaction's record (long-running drivers call this)."""

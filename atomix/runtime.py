@@ -166,6 +166,13 @@ class Tx:
         self.session.seal()
 
     def commit(self) -> Settlement:
+        """Commit; a speculative branch commits as its group's winner (`Runtime.resolve`)."""
+        group = self.session.group
+        if group is not None and self.session.settlement is None:
+            with self.rt.coordinator.lock:
+                first = self.rt.core.winner(group) is None
+            if first:
+                return self.rt.resolve(group, self)[0]
         return self._driver.drive(self.session.commit(self._driver))
 
     def abort(self, source: AbortSource | str = AbortSource.PRE_COMMIT_VETO, detail: str = "") -> Settlement:

@@ -555,22 +555,32 @@ def test_resolve_rejects_a_non_member() -> None:
 
 def test_resolve_of_a_committed_winner_raises_and_changes_nothing() -> None:
     mgr = TransactionManager()
-    a, b = mgr.begin(group="g"), mgr.begin(group="g")
-    assert isinstance(commit(mgr, a), CommitPlan)
+    a, _, _ = mgr.begin(group="g"), mgr.begin(group="g"), mgr.begin(group="g")
+    losers, plan = mgr.resolve("g", a.txid)
+    assert len(losers) == 2 and isinstance(plan, CommitPlan)
+    late = mgr.begin(group="g")  # joined after the winner committed
     with pytest.raises(IllegalTransition):
         mgr.resolve("g", a.txid)
-    assert b.state is TxState.OPEN  # the loser was not aborted behind the caller's back
+    assert late.state is TxState.OPEN  # it was not aborted behind the caller's back
 
 
 def test_only_one_branch_of_a_group_commits() -> None:
-    """First to succeed wins: a sibling that tries to commit afterwards loses."""
+    """Once a winner is picked, a branch that joins the group later loses at commit."""
     mgr = TransactionManager()
     a, b = mgr.begin(group="g"), mgr.begin(group="g")
     for tx in (a, b):
         mgr.stage(tx.txid, put(mgr, X, f"k{tx.txid}"))
         mgr.seal(tx.txid)
-    assert isinstance(mgr.try_commit(b.txid), CommitPlan)  # the later branch first
-    assert kind(mgr.try_commit(a.txid)) == "abort:losing_speculation"
+    losers, plan = mgr.resolve("g", b.txid)  # the later branch wins
+    assert [p.txid for p in losers] == [a.txid] and isinstance(plan, CommitPlan)
+    late = mgr.begin(group="g")
+    mgr.seal(late.txid)
+    assert kind(mgr.try_commit(late.txid)) == "abort:losing_speculation"
+    mgr.finish(b.txid)
+    c, d = mgr.begin(group="h"), mgr.begin(group="h")
+    mgr.abort(c.txid, AbortSource.TOOL_FAILURE)
+    mgr.seal(d.txid)
+    assert isinstance(mgr.try_commit(d.txid), CommitPlan)  # no live sibling: it may commit
 
 
 def test_forgotten_branches_do_not_break_the_group() -> None:
@@ -902,13 +912,7 @@ def test_a_sibling_without_reversible_effects_does_not_hold_the_winner_back() ->
     assert isinstance(decision, CommitPlan)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open finding: a branch committed on its own (first to succeed, no resolve) while a "
-    "sibling is still open with an externalised effect on the same scope; that sibling can no "
-    "longer win, and its compensation later rolls the committed write back",
-)
-def test_a_branch_committed_on_its_own_survives_its_open_siblings_compensation() -> None:
+def test_a_branch_commits_only_through_resolve_while_a_sibling_is_live() -> None:
     mgr, world = TransactionManager(), {"x": None}
     x = mgr.scope("kv:x")
     a, b = mgr.begin(group="g"), mgr.begin(group="g")
@@ -921,13 +925,19 @@ def test_a_branch_committed_on_its_own_survives_its_open_siblings_compensation()
     mgr.stage(
         b.txid, Effect("put", EffectClass.BUFFERABLE, (x,), "wb", apply=lambda: world.update(x="b"))
     )
-    plan = commit(mgr, b)  # a is open: nothing to wait for
+    mgr.seal(b.txid)
+    with pytest.raises(IllegalTransition, match="resolve"):
+        mgr.try_commit(b.txid)  # a is live: committing b alone could be rolled back by a
+    assert b.state is TxState.SEALED and a.state is TxState.OPEN
+    losers, plan = mgr.resolve("g", b.txid)  # the way a branch commits: a aborts first
+    assert [p.txid for p in losers] == [a.txid] and isinstance(plan, Wait)
+    for effect in losers[0].compensate:
+        effect.compensate()
+    _, woken = mgr.finish(a.txid)
+    assert woken == [b.txid]
+    plan = mgr.try_commit(b.txid)
     assert isinstance(plan, CommitPlan)
     for effect in plan.apply:
         effect.apply()
     mgr.finish(b.txid)
-    loser = mgr.abort(a.txid, AbortSource.LOSING_SPECULATION)
-    for effect in loser.compensate:
-        effect.compensate()
-    mgr.finish(a.txid)
     assert world == {"x": "b"}

@@ -90,6 +90,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.serial = 0
         self.txs: dict[int, TxModel] = {}
         self.groups: dict[str, list[int]] = {}
+        self.picked: dict[str, int] = {}  # live groups in which resolve picked a winner
         self.events: list[Event] = []
         self.version_time: dict[tuple[str, tuple[int, str, int, int]], int] = {}
         # (leaf, value) an aborted transaction left in the world when a compensation failed
@@ -397,13 +398,35 @@ class ProtocolMachine(RuleBasedStateMachine):
         if now and tx.txid in self.settleable():
             self.settle(tx)
 
+    def live_siblings(self, tx: TxModel) -> list[int]:
+        if tx.group is None:
+            return []
+        return [
+            m for m in self.groups.get(tx.group, ())
+            if m != tx.txid and self.txs[m].state in ("open", "sealed", "waiting")
+        ]
+
     def may_commit(self, tx: TxModel) -> bool:
-        """Driver contract (Runtime.branch / Runtime.resolve): a speculative branch is settled
-        by resolve, which aborts its siblings first; it is never committed on its own. Once
-        resolved, the winner is retried like any commit. (The core's own guard, that only one
-        branch of a group commits, is unit-tested in test_manager; committing branches
-        directly is unsafe with eager effects, see the open finding there.)"""
-        return tx.group is None or tx.resolved
+        """A speculative branch commits through resolve (which aborts its siblings first) or,
+        once no sibling is live, on its own. The core refuses anything else, see
+        `branch_alone_is_refused`; the only-one-winner guard is unit-tested in test_manager."""
+        return (
+            tx.group is None or tx.resolved or tx.group in self.picked or not self.live_siblings(tx)
+        )
+
+    def lone_branches(self) -> list[int]:
+        return [
+            t for t, m in self.txs.items()
+            if m.state in ("sealed", "waiting") and not self.may_commit(m)
+        ]
+
+    @precondition(lone_branches)
+    @rule(i=st.integers(0, 63))
+    def branch_alone_is_refused(self, i: int) -> None:
+        """Committing one branch while a sibling is live could let that sibling's compensation
+        roll it back later: the core raises and changes nothing."""
+        tx = self.pick(self.lone_branches(), i)
+        self.expect_illegal(tx, lambda: self.mgr.try_commit(tx.txid))
 
     def committable(self) -> list[int]:
         return [
@@ -496,6 +519,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert settlement.applied == settlement.released == settlement.accepted == ()
         if tx.group is not None and all(self.txs[m].finished for m in self.groups[tx.group]):
             del self.groups[tx.group]
+            self.picked.pop(tx.group, None)
 
     def live_groups(self) -> list[str]:
         return sorted(
@@ -535,6 +559,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             if m != winner.txid and self.txs[m].state not in ("committed", "aborted")
         ]
         loser_plans, decision = self.mgr.resolve(group, winner.txid)
+        self.picked[group] = winner.txid
         assert sorted(p.txid for p in loser_plans) == sorted(m.txid for m in losers)
         for plan in loser_plans:
             self.aborted(self.txs[plan.txid], plan, AbortSource.LOSING_SPECULATION)

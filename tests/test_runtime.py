@@ -563,6 +563,24 @@ def test_resolve_with_a_failed_winner_raises_and_still_aborts_the_losers(w: Worl
     assert w.store == {} and w.outbox == [] and w.seats == set()
 
 
+def test_a_branch_committed_first_wins_and_its_siblings_are_undone_before_it_lands(
+    w: World,
+) -> None:
+    """First to succeed: `branch.commit()` is resolve with itself as the winner, so a live
+    sibling's compensation on the same seat runs before, never after, the winner's booking."""
+    a, b = w.rt.branch("g", 0), w.rt.branch("g", 1)
+    with a:
+        w.book(5)  # reversible: seat 5 is taken eagerly by branch 0
+    with b:
+        w.put("answer", "b")
+    s = b.commit()
+    assert s.committed and w.store == {"answer": "b"}
+    assert a.settlement is not None and a.settlement.abort_source == "losing_speculation"
+    assert w.seats == set() and w.log.index("cancel 5") < w.log.index("put answer=b")
+    with pytest.raises(TransactionAborted):
+        a.commit()  # the loser cannot commit afterwards
+
+
 def test_many_branches_and_a_non_group_transaction(w: World) -> None:
     branches = _speculate(w, "g16", 16)
     winner, losers = w.rt.resolve("g16", branches[15])
