@@ -32,7 +32,10 @@ class Wait:
     blockers: tuple[Blocker, ...]
 
 
-@dataclass(frozen=True, slots=True)
+# Plans and settlements are made once per transaction on the hot path, and a frozen
+# dataclass pays an object.__setattr__ call per field; these are plain records instead:
+# the core never reads one back, so changing one changes nothing in the protocol.
+@dataclass(slots=True)
 class CommitPlan:
     """The transaction committed; the driver applies, releases and accepts its effects.
 
@@ -47,7 +50,7 @@ class CommitPlan:
     accept: tuple[Effect, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AbortPlan:
     """The transaction aborted; the driver compensates (in the given, reverse order) and drops."""
 
@@ -62,7 +65,7 @@ class AbortPlan:
 Decision = Proceed | Wait | CommitPlan | AbortPlan
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Settlement:
     """The record of one finished transaction: what became of each of its effects."""
 

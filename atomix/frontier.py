@@ -59,10 +59,16 @@ class ScopeIndex:
     def __init__(self) -> None:
         self._root = _Node()
         self.eager_count = 0  # eager registrations anywhere in the index
+        # Nodes are never removed, so a scope's root-to-node path, once found, stays valid:
+        # every hot operation is one dict lookup instead of a walk down the trie.
+        self._paths: dict[Scope, tuple[_Node, ...]] = {}
 
-    def _path(self, scope: Scope, create: bool) -> list[_Node] | None:
+    def _path(self, scope: Scope, create: bool) -> tuple[_Node, ...] | None:
+        path = self._paths.get(scope)
+        if path is not None:
+            return path
         node = self._root
-        path = [node]
+        nodes = [node]
         for part in scope.key:
             child = node.children.get(part)
             if child is None:
@@ -71,19 +77,24 @@ class ScopeIndex:
                 child = _Node()
                 node.children[part] = child
             node = child
-            path.append(child)
+            nodes.append(child)
+        path = self._paths[scope] = tuple(nodes)
         return path
 
-    def _nearest(self, scope: Scope) -> tuple[list[_Node], bool]:
+    def _nearest(self, scope: Scope) -> tuple[tuple[_Node, ...], bool]:
         """The existing path towards `scope`; the flag says whether the scope's node exists."""
+        path = self._paths.get(scope)
+        if path is not None:
+            return path, True
         node = self._root
-        path = [node]
+        nodes = [node]
         for part in scope.key:
             child = node.children.get(part)
             if child is None:
-                return path, False
+                return tuple(nodes), False
             node = child
-            path.append(child)
+            nodes.append(child)
+        path = self._paths[scope] = tuple(nodes)
         return path, True
 
     # -- registration ----------------------------------------------------------------------
@@ -152,15 +163,12 @@ class ScopeIndex:
 
     def _max_overlapping(self, scope: Scope, own: str, sub: str) -> int:
         path, exact = self._nearest(scope)
-        # Ancestors count with their own stamps, the scope's node with its subtree's.
-        best = 0
+        # Ancestors count with their own stamps, the scope's node with its subtree's (which
+        # includes its own, so counting that node's own stamp as well changes nothing).
+        best = _ATTR[sub](path[-1]) if exact else 0
         own_of = _ATTR[own]
-        for node in path[:-1] if exact else path:
+        for node in path:
             value = own_of(node)
-            if value > best:
-                best = value
-        if exact:
-            value = _ATTR[sub](path[-1])
             if value > best:
                 best = value
         return best

@@ -225,8 +225,8 @@ class TransactionManager:
     def stage(self, txid: int, effect: Effect) -> Proceed | AbortPlan:
         """Record an effect. Bufferable and irreversible ones stay with the runtime until
         commit; a reversible one must have been externalised on its scopes first."""
-        tx = self.get(txid)
-        if (plan := self._check_open(tx, "stage")) is not None:
+        tx = self._txs.get(txid) or self.get(txid)
+        if tx.state is not TxState.OPEN and (plan := self._check_open(tx, "stage")) is not None:
             return plan
         if effect.key in tx.keys:
             tx.duplicates_suppressed += 1  # a duplicated delivery of a staged call
@@ -239,25 +239,34 @@ class TransactionManager:
                     f"on {', '.join(map(str, missing))}"
                 )
         else:
-            if self._canonical:
-                # Sessions hand over scopes already resolved; only other specs need parsing.
-                scopes = [s if s.__class__ is Scope else self.scope(s) for s in effect.scopes]
+            scopes = effect.scopes
+            if not self._canonical:
+                scopes = tuple(self.scope(s) for s in scopes)
             else:
-                scopes = [self.scope(s) for s in effect.scopes]
+                for s in scopes:
+                    if s.__class__ is not Scope:
+                        # Sessions hand over resolved scopes; only other specs need parsing.
+                        scopes = tuple(self.scope(s) for s in scopes)
+                        break
+            real = self._real
             for scope in scopes:
-                for other in self._real.overlapping_eager(scope):
-                    if other is not tx and not other.finished and other.epoch > tx.epoch:
-                        return self.abort(
-                            tx.txid,
-                            AbortSource.STALE_READ,
-                            f"{scope} holds an unsettled effect of later epoch {other.epoch}",
-                        )
+                if real.eager_count:
+                    for other in real.overlapping_eager(scope):
+                        if other is not tx and not other.finished and other.epoch > tx.epoch:
+                            return self.abort(
+                                tx.txid,
+                                AbortSource.STALE_READ,
+                                f"{scope} holds an unsettled effect of later epoch {other.epoch}",
+                            )
                 if (plan := self._late(tx, scope, write=True)) is not None:
                     return plan
+            mine = tx.effect_scopes
             for scope in scopes:
-                tx.effect_scopes.add(scope)
-                self._register(tx, self._order_scope(scope))
-        effect.seq = self._tick()
+                if scope not in mine:
+                    mine.add(scope)
+                    self._register(tx, GLOBAL_SCOPE if self._global else scope)
+        self._seq += 1
+        effect.seq = self._seq
         tx.keys.add(effect.key)
         tx.effects.append(effect)
         return PROCEED
@@ -366,16 +375,18 @@ class TransactionManager:
 
     def abort(self, txid: int, source: AbortSource | str, detail: str = "") -> AbortPlan:
         """Abort: drop what never left, compensate externalised effects in reverse order."""
-        tx = self.get(txid)
-        source = AbortSource(source)  # a bad source must not leave the state changed
+        tx = self._txs.get(txid) or self.get(txid)
+        if source.__class__ is not AbortSource:
+            source = AbortSource(source)  # a bad source must not leave the state changed
         tx.state = next_state(txid, tx.state, TxEvent.ABORT)
-        tx.abort_source = source
+        tx.abort_source = source  # type: ignore[assignment]
         tx.abort_detail = detail
-        compensate = tuple(
-            e for e in reversed(tx.effects) if e.effect_class is EffectClass.REVERSIBLE
-        )
-        drop = tuple(e for e in tx.effects if e.effect_class is not EffectClass.REVERSIBLE)
-        return AbortPlan(txid, tx.epoch, tx.abort_source, detail, compensate, drop)
+        compensate: list[Effect] = []
+        drop: list[Effect] = []
+        for e in tx.effects:
+            (compensate if e.effect_class is EffectClass.REVERSIBLE else drop).append(e)
+        compensate.reverse()
+        return AbortPlan(txid, tx.epoch, source, detail, tuple(compensate), tuple(drop))  # type: ignore[arg-type]
 
     def resolve(
         self, group: str, winner: int
@@ -387,11 +398,7 @@ class TransactionManager:
         if self._txs[winner].state is TxState.COMMITTED:
             raise IllegalTransition(winner, TxState.COMMITTED.value, "resolve")
         self._picked[group] = winner
-        losers = []
-        for txid in members:
-            tx = self._txs[txid]
-            if txid != winner and tx.state not in TERMINAL:
-                losers.append(self.abort(txid, AbortSource.LOSING_SPECULATION, f"lost {group}"))
+        losers = self.abort_group(group, keep=winner)
         win = self._txs[winner]
         if win.state is TxState.ABORTED:
             return losers, AbortPlan(
@@ -400,6 +407,14 @@ class TransactionManager:
         if win.state is TxState.OPEN:
             self.seal(winner)
         return losers, self.try_commit(winner)
+
+    def abort_group(self, group: str, *, keep: int | None = None) -> list[AbortPlan]:
+        """Abort every live branch of `group` but `keep` (they lost): their plans, in order."""
+        losers = []
+        for txid in self._groups.get(group, ()):
+            if txid != keep and self._txs[txid].state not in TERMINAL:
+                losers.append(self.abort(txid, AbortSource.LOSING_SPECULATION, f"lost {group}"))
+        return losers
 
     def finish(
         self,
@@ -420,84 +435,102 @@ class TransactionManager:
         if tx.finished:
             raise IllegalTransition(txid, "finished", "finish")
         tx.finished = True
+        order = self._order
         for scope in tx.registered:
-            self._order.unregister(scope, tx)
+            order.unregister(scope, tx)
         for scope in tx.eager_scopes:
             self._real.unregister(scope, tx)
-        if tx.state is TxState.COMMITTED:
+        committed = tx.state is TxState.COMMITTED
+        if committed:
             # Buffered and gated effects landed while the driver carried out the plan, after
             # try_commit: a read since then saw the old value, so it is stale.
             landed = self._tick()
-            for scope in tx.effect_scopes.difference(tx.eager_scopes):
-                self._real.stamp(scope, tx.epoch, write=True, visible_seq=landed)
+            for scope in tx.effect_scopes:
+                if scope not in tx.eager_scopes:
+                    self._real.stamp(scope, tx.epoch, write=True, visible_seq=landed)
         if residue:
             seq = self._tick()
             for effect in residue:
                 for scope in effect.scopes:
                     self._real.stamp(self.scope(scope), 0, write=True, visible_seq=seq)
-        woken = sorted(self._waiters.pop(txid, ()))
-        if tx.group is not None:
-            left = self._unfinished.get(tx.group, 0) - 1
+        waiters = self._waiters.pop(txid, None)
+        woken = sorted(waiters) if waiters else []
+        group = tx.group
+        if group is not None:
+            left = self._unfinished.get(group, 0) - 1
             if left <= 0:
-                self._unfinished.pop(tx.group, None)
-                self._groups.pop(tx.group, None)
-                self._won.discard(tx.group)
-                self._picked.pop(tx.group, None)
+                self._unfinished.pop(group, None)
+                self._groups.pop(group, None)
+                self._won.discard(group)
+                self._picked.pop(group, None)
             else:
-                self._unfinished[tx.group] = left
-        return self._settlement(tx, residue, failed_applies, waited), woken
+                self._unfinished[group] = left
+        return self._settlement(tx, committed, residue, failed_applies, waited), woken
 
     def _settlement(
         self,
         tx: Transaction,
+        committed: bool,
         residue: Sequence[Effect],
         failed_applies: Sequence[Effect],
         waited: float,
     ) -> Settlement:
         """One pass over the effects sorts each key into what became of it."""
-        failed = {e.key for e in failed_applies} if failed_applies else ()
-        residue_keys = {e.key for e in residue} if residue else ()
         applied: list[str] = []
         released: list[str] = []
         accepted: list[str] = []
         compensated: list[str] = []
         dropped: list[str] = []
-        if tx.state is TxState.COMMITTED:
+        keep_residue = self.options.classify_residue
+        residue_out: tuple[str, ...] = ()
+        failed_out: tuple[str, ...] = ()
+        if committed:
+            failed = {e.key for e in failed_applies} if failed_applies else ()
             for e in tx.effects:
                 cls = e.effect_class
                 if cls is EffectClass.REVERSIBLE:
                     accepted.append(e.key)
                 elif e.key not in failed:
                     (applied if cls is EffectClass.BUFFERABLE else released).append(e.key)
+            if failed:
+                failed_out = tuple(e.key for e in tx.effects if e.key in failed)
         else:
+            residue_keys = {e.key for e in residue} if residue else ()
             for e in tx.effects:
                 if e.effect_class is not EffectClass.REVERSIBLE:
                     dropped.append(e.key)
-            for e in reversed(tx.effects):
-                if e.effect_class is EffectClass.REVERSIBLE and e.key not in residue_keys:
+                elif e.key not in residue_keys:
                     compensated.append(e.key)
-        keys = [e.key for e in tx.effects] if (residue_keys or failed) else []
+            compensated.reverse()
+            if residue_keys and keep_residue:
+                residue_out = tuple(e.key for e in tx.effects if e.key in residue_keys)
+        effect_scopes = tx.effect_scopes
+        if not effect_scopes:
+            writes: tuple[str, ...] = ()
+        elif len(effect_scopes) == 1:
+            writes = (str(next(iter(effect_scopes))),)
+        else:
+            writes = tuple(sorted(map(str, effect_scopes)))
+        source = tx.abort_source
         return Settlement(
-            txid=tx.txid,
-            epoch=tx.epoch,
-            trace=tx.trace,
-            group=tx.group,
-            outcome=tx.state.value,
-            abort_source=tx.abort_source.value if tx.abort_source else None,
-            detail=tx.abort_detail,
-            applied=tuple(applied),
-            released=tuple(released),
-            accepted=tuple(accepted),
-            compensated=tuple(compensated),
-            dropped=tuple(dropped),
-            residue=tuple(k for k in keys if k in residue_keys)
-            if self.options.classify_residue
-            else (),
-            failed_applies=tuple(k for k in keys if k in failed),
-            duplicates_suppressed=tx.duplicates_suppressed,
-            waited=waited,
-            reads=tuple(sorted(map(str, tx.reads))) if tx.reads else (),
-            writes=tuple(sorted(map(str, tx.effect_scopes))),
+            tx.txid,
+            tx.epoch,
+            tx.trace,
+            tx.group,
+            "committed" if committed else "aborted",
+            source.value if source is not None else None,
+            tx.abort_detail,
+            tuple(applied),
+            tuple(released),
+            tuple(accepted),
+            tuple(compensated),
+            tuple(dropped),
+            residue_out,
+            failed_out,
+            tx.duplicates_suppressed,
+            waited,
+            tuple(sorted(map(str, tx.reads))) if tx.reads else (),
+            writes,
         )
 
     def winner(self, group: str) -> int | None:

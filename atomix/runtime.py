@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from atomix.decisions import AbortPlan, Settlement
 from atomix.effects import AbortSource, Effect
-from atomix.errors import AtomixError, TransactionAborted
+from atomix.errors import AtomixError, IllegalTransition, TransactionAborted
 from atomix.manager import RuntimeOptions
 from atomix.scopes import Scope
 from atomix.session import (
@@ -133,6 +133,8 @@ class _AsyncDriver(_SyncDriver):
 class Tx:
     """A synchronous transaction handle. As a context manager it commits on a clean exit
     and aborts on an exception (source `tool_failure` unless the exception names one)."""
+
+    __slots__ = ("rt", "session", "_driver", "_autocommit", "_token")
 
     def __init__(self, rt: Runtime, session: TxSession, driver: _SyncDriver, autocommit: bool) -> None:
         self.rt = rt
@@ -274,6 +276,9 @@ class Runtime:
         self._clock = clock
         self._attempts = apply_attempts
         self._branches: dict[str, dict[int, TxSession]] = {}  # unresolved branches by group
+        # Drivers hold no per-transaction state: one serves every transaction that keeps
+        # the runtime's own time-out.
+        self._sync_driver = _SyncDriver(timeout, apply_attempts, clock)
 
     @property
     def core(self):  # noqa: ANN201 - the TransactionManager, for inspection
@@ -286,21 +291,37 @@ class Runtime:
     def transaction(
         self, *, timeout: float | None = _UNSET, group: str | None = None, trace: str | None = None
     ) -> Tx:
-        driver = _SyncDriver(self.timeout if timeout is _UNSET else timeout, self._attempts, self._clock)
-        return Tx(self, self.coordinator.begin(group=group, trace=trace), driver, autocommit=True)
+        session = self.coordinator.begin(group=group, trace=trace)
+        if group is not None:
+            self._track_branch(group, session)
+        return Tx(self, session, self._sync_driver_for(timeout), autocommit=True)
 
     def branch(self, group: str, index: int, *, timeout: float | None = _UNSET) -> Tx:
         """One speculative branch of `group`; leaving its block seals it, `resolve` settles it."""
-        driver = _SyncDriver(self.timeout if timeout is _UNSET else timeout, self._attempts, self._clock)
         session = self.coordinator.begin(group=group, trace=group, branch=index)
+        self._track_branch(group, session)
+        return Tx(self, session, self._sync_driver_for(timeout), autocommit=False)
+
+    def _sync_driver_for(self, timeout: float | None) -> _SyncDriver:
+        if timeout is _UNSET or timeout == self.timeout:
+            return self._sync_driver
+        return _SyncDriver(timeout, self._attempts, self._clock)
+
+    def _track_branch(self, group: str, session: TxSession) -> None:
+        # resolve settles each loser through its handle's own session, so the handle sees it
         with self.coordinator.lock:
             self._branches.setdefault(group, {})[session.txid] = session
-        return Tx(self, session, driver, autocommit=False)
 
     def resolve(self, group: str, winner: Tx) -> tuple[Settlement, list[Settlement]]:
         """Commit the winning branch and abort every other branch of its group."""
         with self.coordinator.lock:
-            loser_plans, decision = self.coordinator.core.resolve(group, winner.txid)
+            done = winner.session.settlement
+            if done is None:
+                loser_plans, decision = self.coordinator.core.resolve(group, winner.txid)
+            elif done.committed:
+                raise IllegalTransition(winner.txid, "committed", "resolve")
+            else:  # the winner failed and settled already: every live branch loses
+                loser_plans, decision = self.coordinator.core.abort_group(group), None
             # Settle each loser through its own handle's session, so that the handle sees it.
             sessions = self._branches.pop(group, {})
         losers = []
@@ -310,6 +331,9 @@ class Runtime:
                 losers.append(winner._driver.drive(session.settle_abort(plan)))
             else:  # nothing was externalised: dropping is all there is, no driver step needed
                 losers.append(session.settle_dropped(plan))
+        if decision is None:
+            assert done is not None
+            raise TransactionAborted(winner.txid, done.abort_source or "", done.detail, done)
         steps = _resume_commit(winner.session, decision, winner._driver)
         return winner._driver.drive(steps), losers
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from atomix.decisions import AbortPlan, CommitPlan, Settlement, Wait
 from atomix.effects import AbortSource, Effect, EffectClass
-from atomix.errors import TransactionAborted
+from atomix.errors import IllegalTransition, TransactionAborted
 from atomix.manager import RuntimeOptions, TransactionManager
 from atomix.scopes import Scope
 from atomix.settle import Outcome
@@ -121,7 +121,9 @@ class Coordinator:
 class TxSession:
     """A driver-agnostic handle on one transaction (see the module docstring)."""
 
-    __slots__ = ("co", "txid", "epoch", "trace", "group", "branch", "waited", "settlement")
+    __slots__ = (
+        "co", "txid", "epoch", "trace", "group", "branch", "waited", "settlement", "key_prefix"
+    )
 
     def __init__(
         self, co: Coordinator, txid: int, epoch: int, trace: str, group: str | None, branch: int
@@ -134,14 +136,17 @@ class TxSession:
         self.branch = branch
         self.waited = 0.0
         self.settlement: Settlement | None = None
+        self.key_prefix = f"{trace}:{epoch}:{branch}:"
 
     @property
     def state(self) -> TxState:
+        if self.settlement is not None:  # finished: the core has forgotten it
+            return TxState(self.settlement.outcome)
         return self.co.core.get(self.txid).state
 
     def key(self, tool: str, part: str) -> str:
         """The idempotency key of one effect: trace:epoch:branch:tool:part (paper Table 4)."""
-        return f"{self.trace}:{self.epoch}:{self.branch}:{tool}:{part}"
+        return f"{self.key_prefix}{tool}:{part}"
 
     # -- waiting --------------------------------------------------------------------------------
     def _decide(
@@ -182,11 +187,16 @@ class TxSession:
                     )
 
     def _raise_if_settled(self) -> None:
+        """Raise TransactionAborted once the transaction is aborted (here or by another
+        party, e.g. resolve); IllegalTransition for any step after it committed."""
+        done = self.settlement
+        if done is not None:
+            if done.committed:
+                raise IllegalTransition(self.txid, "committed", "a step after settlement")
+            raise TransactionAborted(self.txid, done.abort_source or "aborted", done.detail, done)
         tx = self.co.core.get(self.txid)
         if tx.state is TxState.ABORTED:
-            raise TransactionAborted(
-                self.txid, tx.abort_source or "aborted", tx.abort_detail, self.settlement
-            )
+            raise TransactionAborted(self.txid, tx.abort_source or "aborted", tx.abort_detail)
 
     # -- steps ----------------------------------------------------------------------------------
     def read(self, scopes: Iterable[str | Scope], driver: DriverHooks) -> Steps:
@@ -224,7 +234,7 @@ class TxSession:
         raises TransactionAborted carrying it."""
         with self.co.lock:
             self._raise_if_settled()
-            if self.co.core.get(self.txid).state is TxState.OPEN:
+            if self.state is TxState.OPEN:
                 self.co.core.seal(self.txid)
         decision = yield from self._decide(
             lambda: self.co.core.try_commit(self.txid), driver.new_signal, driver.now, driver.timeout
@@ -239,8 +249,7 @@ class TxSession:
 
     def abort(self, source: AbortSource | str = AbortSource.PRE_COMMIT_VETO, detail: str = "") -> Steps:
         with self.co.lock:
-            tx = self.co.core.get(self.txid)
-            if tx.finished and self.settlement is not None:
+            if self.settlement is not None:
                 return self.settlement
             plan = self.co.core.abort(self.txid, source, detail)
         return (yield from self.settle_abort(plan))
@@ -271,8 +280,9 @@ class TxSession:
             self.settlement = settlement
             if self.co.keep_settlements:
                 self.co.settlements.append(settlement)
-            else:
-                self.co.core.forget(self.txid)
+            # The settlement is the record; the core's copy (effects, closures) would only
+            # grow the heap of a long-running runtime.
+            self.co.core.forget(self.txid)
             # Also a thread still parked on this transaction itself (settled by another one,
             # e.g. a losing branch aborted by resolve): it wakes to find it settled.
             self.co._wake([*woken, self.txid])
@@ -319,19 +329,22 @@ class TxSession:
         """Stage a bufferable call or queue an irreversible one; no waiting is ever needed,
         so drivers call this directly (every deferred call's path) for tools without reads.
         An AbortPlan means the core aborted the transaction: settle it and raise."""
-        key = self.key(spec.name, spec.key_part(args))
+        key = f"{self.key_prefix}{spec.name}:{spec.key_part(args)}"
         kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
-        scopes = tuple(map(self.co.scope, spec.write_scopes(args)))
-        effect = Effect(
-            spec.name, spec.effect, scopes, key, apply=lambda: spec.fn(**kwargs), payload=args
-        )
-        with self.co.lock:
+        co = self.co
+        template = spec.write_template
+        if template is not None:
+            scopes: tuple[Scope, ...] = (co.scope(template.format_map(args)),)
+        else:
+            scopes = tuple(map(co.scope, spec.write_scopes(args)))
+        fn = spec.fn
+        effect = Effect(spec.name, spec.effect, scopes, key, apply=lambda: fn(**kwargs), payload=args)  # type: ignore[arg-type]
+        with co.lock:
             self._raise_if_settled()
-            decision = self.co.core.stage(self.txid, effect)
+            decision = co.core.stage(self.txid, effect)
         if decision.__class__ is AbortPlan:
             return decision  # type: ignore[return-value]
-        status = "staged" if spec.effect is EffectClass.BUFFERABLE else "queued"
-        return Ack(status, key, spec.name)
+        return Ack("staged" if spec.effect is EffectClass.BUFFERABLE else "queued", key, spec.name)
 
     def _staged(self, key: str) -> Effect | None:
         """This transaction's staged effect with this key, if there is one."""

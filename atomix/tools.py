@@ -15,7 +15,7 @@ import inspect
 import json
 import string
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from atomix.effects import EffectClass
@@ -118,23 +118,31 @@ class ToolSpec:
     signature: inspect.Signature
     is_async: bool
     wants_key: bool = False  # the function takes `idempotency_key` (not part of `signature`)
-
-    @property
-    def deferred_only(self) -> bool:
-        """Staged or gated, with no reads: a call that never waits."""
-        return not self.reads and (
-            self.effect is EffectClass.BUFFERABLE or self.effect is EffectClass.IRREVERSIBLE
-        )
     # Parameter names and defaults when every parameter is positional-or-keyword: `bind` then
     # needs no `inspect` machinery (it falls back to it for anything irregular, and errors).
     names: tuple[str, ...] | None = None
     defaults: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # Precomputed for the per-call path: whether a call never waits (staged or gated,
+        # with no reads), and the one scope template most tools write through.
+        deferred = not self.reads and (
+            self.effect is EffectClass.BUFFERABLE or self.effect is EffectClass.IRREVERSIBLE
+        )
+        object.__setattr__(self, "deferred_only", deferred)
+        only = self.writes[0].spec if len(self.writes) == 1 else None
+        object.__setattr__(self, "write_template", only if only.__class__ is str else None)
+
+    deferred_only: bool = field(init=False, repr=False, compare=False)
+    write_template: str | None = field(init=False, repr=False, compare=False)
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The call's arguments by name, defaults applied, in signature order."""
         names, defaults = self.names, self.defaults
         if names is None or defaults is None or len(args) > len(names):
             return self._slow_bind(args, kwargs)
+        if not kwargs and len(args) == len(names):
+            return dict(zip(names, args, strict=False))
         out = dict(zip(names, args, strict=False))
         for name, value in kwargs.items():
             if name in out or name not in defaults:
