@@ -132,6 +132,33 @@ class ScopeIndex:
             elif node.holders:
                 yield from node.holders.values()
 
+    def earlier_holders(
+        self, scope: Scope, epoch: int, group: str | None
+    ) -> list[Transaction]:
+        """Unfinished holders overlapping `scope` with an epoch below `epoch`, leaving out
+        branches of `group` (may repeat a tx). One tight loop: a commit's hot path."""
+        found: list[Transaction] = []
+        path, exact = self._nearest(scope)
+        nodes: list[_Node] = list(path[:-1]) if exact else list(path)
+        if exact:
+            stack = [path[-1]]
+            while stack:
+                n = stack.pop()
+                if n.sub_count:
+                    nodes.append(n)
+                    stack.extend(n.children.values())
+        for node in nodes:
+            if not node.holders:
+                continue
+            for other in node.holders.values():
+                if (
+                    other.epoch < epoch
+                    and not other.finished
+                    and (group is None or other.group != group)
+                ):
+                    found.append(other)
+        return found
+
     def _subtree_holders(self, node: _Node) -> Iterator[Transaction]:
         stack = [node]
         while stack:

@@ -59,7 +59,7 @@ class TransactionManager:
         self._order = ScopeIndex()  # who is registered where: decides waiting
         self._real = ScopeIndex()  # real scopes: commit stamps and externalised effects
         self._txs: dict[int, Transaction] = {}
-        self._groups: dict[str, list[int]] = {}
+        self._groups: dict[str, dict[int, None]] = {}  # group -> its branches, in begin order
         self._won: set[str] = set()  # groups one of whose branches committed
         self._picked: dict[str, int] = {}  # group -> the branch resolve picked as its winner
         self._unfinished: dict[str, int] = {}  # per group, branches not yet finished
@@ -109,7 +109,7 @@ class TransactionManager:
         )
         self._txs[txid] = tx
         if group is not None:
-            self._groups.setdefault(group, []).append(txid)
+            self._groups.setdefault(group, {})[txid] = None
             self._unfinished[group] = self._unfinished.get(group, 0) + 1
         if self._global:
             # One global frontier behaves like one ordered lock: register at begin, so that
@@ -277,15 +277,10 @@ class TransactionManager:
         tx.state = next_state(txid, tx.state, TxEvent.SEAL)
 
     def _earlier_holders(self, tx: Transaction, scope: Scope) -> list[Blocker]:
-        found: list[Blocker] = []
-        for other in self._order.overlapping_holders(self._order_scope(scope)):
-            if (
-                other.epoch < tx.epoch
-                and not other.finished
-                and (tx.group is None or other.group != tx.group)
-            ):
-                found.append(Blocker(other.txid, other.epoch, str(scope)))
-        return found
+        return [
+            Blocker(other.txid, other.epoch, str(scope))
+            for other in self._order.earlier_holders(self._order_scope(scope), tx.epoch, tx.group)
+        ]
 
     def blockers(self, txid: int) -> list[Blocker]:
         """What this transaction's commit waits for: earlier unsettled transactions on its
@@ -302,11 +297,23 @@ class TransactionManager:
         return found
 
     def _compensating_siblings(self, tx: Transaction, scopes: set[Scope]) -> list[Blocker]:
+        real = self._real
+        if not real.eager_count:  # nothing externalised anywhere: nothing to compensate
+            return []
+        # A compensation can only be pending where an effect was externalised: the eager
+        # registrations (kept until finish) name the candidates without a walk of the group.
+        candidates: dict[int, Transaction] = {}
+        for scope in scopes:
+            for other in real.overlapping_eager(scope):
+                if (
+                    other.group == tx.group
+                    and other is not tx
+                    and other.state is TxState.ABORTED
+                    and not other.finished
+                ):
+                    candidates[other.txid] = other
         found: list[Blocker] = []
-        for txid in self._groups.get(tx.group or "", ()):
-            other = self._txs.get(txid)
-            if other is None or other is tx or other.finished or other.state is not TxState.ABORTED:
-                continue
+        for other in candidates.values():
             for effect in other.effects:
                 if effect.effect_class is not EffectClass.REVERSIBLE:
                     continue
@@ -362,16 +369,18 @@ class TransactionManager:
         for scope in tx.effect_scopes:
             visible = tx.eager_scopes.get(scope, commit_seq)
             self._real.stamp(scope, tx.epoch, write=True, visible_seq=visible)
-        by_class: dict[EffectClass, list[Effect]] = {c: [] for c in EffectClass}
+        apply: list[Effect] = []
+        release: list[Effect] = []
+        accept: list[Effect] = []
         for effect in tx.effects:
-            by_class[effect.effect_class].append(effect)
-        return CommitPlan(
-            txid,
-            tx.epoch,
-            apply=tuple(by_class[EffectClass.BUFFERABLE]),
-            release=tuple(by_class[EffectClass.IRREVERSIBLE]),
-            accept=tuple(by_class[EffectClass.REVERSIBLE]),
-        )
+            cls = effect.effect_class
+            if cls is EffectClass.BUFFERABLE:
+                apply.append(effect)
+            elif cls is EffectClass.IRREVERSIBLE:
+                release.append(effect)
+            else:
+                accept.append(effect)
+        return CommitPlan(txid, tx.epoch, tuple(apply), tuple(release), tuple(accept))
 
     def abort(self, txid: int, source: AbortSource | str, detail: str = "") -> AbortPlan:
         """Abort: drop what never left, compensate externalised effects in reverse order."""
@@ -392,7 +401,7 @@ class TransactionManager:
         self, group: str, winner: int
     ) -> tuple[list[AbortPlan], CommitPlan | Wait | AbortPlan]:
         """Speculation: abort every other branch of `group`, then try to commit the winner."""
-        members = self._groups.get(group, [])
+        members = self._groups.get(group, {})
         if winner not in members:
             raise UnknownTransaction(f"transaction {winner} is not a branch of group {group!r}")
         if self._txs[winner].state is TxState.COMMITTED:
@@ -423,11 +432,13 @@ class TransactionManager:
         residue: Sequence[Effect] = (),
         failed_applies: Sequence[Effect] = (),
         waited: float = 0.0,
+        forget: bool = False,
     ) -> tuple[Settlement, list[int]]:
         """The driver has carried out the plan: deregister, advance, say who may now proceed.
 
         `residue` lists compensations that failed; the world under them changed for good, so
-        readers of those scopes become stale.
+        readers of those scopes become stale. With `forget`, the record is dropped too (the
+        settlement is all that remains), as `forget` would.
         """
         tx = self.get(txid)
         if tx.state not in TERMINAL:
@@ -465,7 +476,10 @@ class TransactionManager:
                 self._picked.pop(group, None)
             else:
                 self._unfinished[group] = left
-        return self._settlement(tx, committed, residue, failed_applies, waited), woken
+        settlement = self._settlement(tx, committed, residue, failed_applies, waited)
+        if forget:
+            self._drop(tx)
+        return settlement, woken
 
     def _settlement(
         self,
@@ -542,7 +556,11 @@ class TransactionManager:
         tx = self.get(txid)
         if not tx.finished:
             raise IllegalTransition(txid, tx.state.value, "forget")
-        members = self._groups.get(tx.group) if tx.group is not None else None
-        if members is not None and txid in members:
-            members.remove(txid)
-        del self._txs[txid]
+        self._drop(tx)
+
+    def _drop(self, tx: Transaction) -> None:
+        if tx.group is not None:
+            members = self._groups.get(tx.group)
+            if members is not None:
+                members.pop(tx.txid, None)
+        del self._txs[tx.txid]

@@ -324,13 +324,17 @@ class Runtime:
                 loser_plans, decision = self.coordinator.core.abort_group(group), None
             # Settle each loser through its own handle's session, so that the handle sees it.
             sessions = self._branches.pop(group, {})
-        losers = []
+        settled: dict[int, Settlement] = {}
+        dropped: list[TxSession] = []
         for plan in loser_plans:
             session = sessions.get(plan.txid) or self._sessions_by_id(plan.txid)
             if plan.compensate:
-                losers.append(winner._driver.drive(session.settle_abort(plan)))
+                settled[plan.txid] = winner._driver.drive(session.settle_abort(plan))
             else:  # nothing was externalised: dropping is all there is, no driver step needed
-                losers.append(session.settle_dropped(plan))
+                dropped.append(session)
+        for settlement in self.coordinator.finish_dropped(dropped):
+            settled[settlement.txid] = settlement
+        losers = [settled[plan.txid] for plan in loser_plans]
         if decision is None:
             assert done is not None
             raise TransactionAborted(winner.txid, done.abort_source or "", done.detail, done)

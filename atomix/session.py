@@ -108,6 +108,30 @@ class Coordinator:
             tx = self.core.begin(group=group, trace=trace, branch=branch)
         return TxSession(self, tx.txid, tx.epoch, tx.trace, group, branch)
 
+    def finish_dropped(self, sessions: list[TxSession]) -> list[Settlement]:
+        """Settle aborted transactions whose plans compensate nothing (losing branches that
+        only staged or queued): no driver step is needed, so all under one lock."""
+        out = []
+        with self.lock:
+            finish = self.core.finish
+            for session in sessions:
+                settlement, woken = finish(session.txid, waited=session.waited, forget=True)
+                self._settled(session, settlement, woken)
+                out.append(settlement)
+        return out
+
+    def _settled(self, session: TxSession, settlement: Settlement, woken: list[int]) -> None:
+        # The core has dropped its record (forget=True): the settlement is the record now,
+        # and the core's copy (effects, closures) would only grow a long-running heap.
+        session.settlement = settlement
+        if self.keep_settlements:
+            self.settlements.append(settlement)
+        if self._wakers:
+            self._wake(woken)
+            # Also a thread still parked on this transaction itself (settled by another one,
+            # e.g. a losing branch aborted by resolve): it wakes to find it settled.
+            self._wake((session.txid,))
+
     def _park(self, txid: int, signal: Signal) -> None:
         self._wakers[txid] = signal
 
@@ -261,7 +285,7 @@ class TxSession:
     def settle_dropped(self, plan: AbortPlan) -> Settlement:
         """settle_abort for a plan with nothing to compensate (its effects are only dropped)."""
         assert not plan.compensate and plan.txid == self.txid
-        return self._finish()
+        return self.co.finish_dropped([self])[0]
 
     def _abort_and_raise(self, plan: AbortPlan) -> Steps:
         settlement = yield from self.settle_abort(plan)
@@ -270,22 +294,16 @@ class TxSession:
     def _finish(
         self, *, residue: list[Effect] | None = None, failed_applies: list[Effect] | None = None
     ) -> Settlement:
-        with self.co.lock:
-            settlement, woken = self.co.core.finish(
+        co = self.co
+        with co.lock:
+            settlement, woken = co.core.finish(
                 self.txid,
                 residue=residue or (),
                 failed_applies=failed_applies or (),
                 waited=self.waited,
+                forget=True,
             )
-            self.settlement = settlement
-            if self.co.keep_settlements:
-                self.co.settlements.append(settlement)
-            # The settlement is the record; the core's copy (effects, closures) would only
-            # grow the heap of a long-running runtime.
-            self.co.core.forget(self.txid)
-            # Also a thread still parked on this transaction itself (settled by another one,
-            # e.g. a losing branch aborted by resolve): it wakes to find it settled.
-            self.co._wake([*woken, self.txid])
+            co._settled(self, settlement, woken)
         return settlement
 
     # -- the shim -------------------------------------------------------------------------------
