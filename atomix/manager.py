@@ -101,11 +101,7 @@ class TransactionManager:
         txid = self._next_txid
         self._next_txid += 1
         tx = Transaction(
-            txid=txid,
-            epoch=self._epochs.allocate(),
-            trace=trace if trace is not None else f"t{txid}",
-            group=group,
-            branch=branch,
+            txid, self._epochs.allocate(), f"t{txid}" if trace is None else trace, group, branch
         )
         self._txs[txid] = tx
         if group is not None:
@@ -249,6 +245,7 @@ class TransactionManager:
                         scopes = tuple(self.scope(s) for s in scopes)
                         break
             real = self._real
+            stale = self.options.abort_on_stale
             for scope in scopes:
                 if real.eager_count:
                     for other in real.overlapping_eager(scope):
@@ -258,13 +255,16 @@ class TransactionManager:
                                 AbortSource.STALE_READ,
                                 f"{scope} holds an unsettled effect of later epoch {other.epoch}",
                             )
-                if (plan := self._late(tx, scope, write=True)) is not None:
-                    return plan
+                if stale and real.frontier(scope) > tx.epoch:
+                    return self._late(tx, scope, write=True)  # type: ignore[return-value]
             mine = tx.effect_scopes
             for scope in scopes:
                 if scope not in mine:
                     mine.add(scope)
-                    self._register(tx, GLOBAL_SCOPE if self._global else scope)
+                    order_scope = GLOBAL_SCOPE if self._global else scope
+                    if order_scope not in tx.registered:
+                        tx.registered.add(order_scope)
+                        self._order.register(order_scope, tx)
         self._seq += 1
         effect.seq = self._seq
         tx.keys.add(effect.key)
@@ -273,7 +273,7 @@ class TransactionManager:
 
     # -- seal, commit, abort ---------------------------------------------------------------------
     def seal(self, txid: int) -> None:
-        tx = self.get(txid)
+        tx = self._txs.get(txid) or self.get(txid)
         tx.state = next_state(txid, tx.state, TxEvent.SEAL)
 
     def _earlier_holders(self, tx: Transaction, scope: Scope) -> list[Blocker]:
@@ -440,31 +440,35 @@ class TransactionManager:
         readers of those scopes become stale. With `forget`, the record is dropped too (the
         settlement is all that remains), as `forget` would.
         """
-        tx = self.get(txid)
-        if tx.state not in TERMINAL:
-            raise IllegalTransition(txid, tx.state.value, "finish")
+        tx = self._txs.get(txid) or self.get(txid)
+        state = tx.state
+        committed = state is TxState.COMMITTED
+        if not committed and state is not TxState.ABORTED:
+            raise IllegalTransition(txid, state.value, "finish")
         if tx.finished:
             raise IllegalTransition(txid, "finished", "finish")
         tx.finished = True
         order = self._order
         for scope in tx.registered:
             order.unregister(scope, tx)
-        for scope in tx.eager_scopes:
-            self._real.unregister(scope, tx)
-        committed = tx.state is TxState.COMMITTED
+        real = self._real
+        eager = tx.eager_scopes
+        for scope in eager:
+            real.unregister(scope, tx)
         if committed:
             # Buffered and gated effects landed while the driver carried out the plan, after
             # try_commit: a read since then saw the old value, so it is stale.
-            landed = self._tick()
+            self._seq += 1
+            landed = self._seq
             for scope in tx.effect_scopes:
-                if scope not in tx.eager_scopes:
-                    self._real.stamp(scope, tx.epoch, write=True, visible_seq=landed)
+                if scope not in eager:
+                    real.stamp(scope, tx.epoch, write=True, visible_seq=landed)
         if residue:
             seq = self._tick()
             for effect in residue:
                 for scope in effect.scopes:
-                    self._real.stamp(self.scope(scope), 0, write=True, visible_seq=seq)
-        waiters = self._waiters.pop(txid, None)
+                    real.stamp(self.scope(scope), 0, write=True, visible_seq=seq)
+        waiters = self._waiters.pop(txid, None) if self._waiters else None
         woken = sorted(waiters) if waiters else []
         group = tx.group
         if group is not None:
@@ -490,41 +494,49 @@ class TransactionManager:
         waited: float,
     ) -> Settlement:
         """One pass over the effects sorts each key into what became of it."""
-        applied: list[str] = []
-        released: list[str] = []
-        accepted: list[str] = []
-        compensated: list[str] = []
-        dropped: list[str] = []
-        keep_residue = self.options.classify_residue
+        applied: tuple[str, ...] = ()
+        released: tuple[str, ...] = ()
+        accepted: tuple[str, ...] = ()
+        compensated: tuple[str, ...] = ()
+        dropped: tuple[str, ...] = ()
         residue_out: tuple[str, ...] = ()
         failed_out: tuple[str, ...] = ()
+        effects = tx.effects
         if committed:
             failed = {e.key for e in failed_applies} if failed_applies else ()
-            for e in tx.effects:
+            done: list[str] = []
+            gated: list[str] = []
+            final: list[str] = []
+            for e in effects:
                 cls = e.effect_class
                 if cls is EffectClass.REVERSIBLE:
-                    accepted.append(e.key)
+                    final.append(e.key)
                 elif e.key not in failed:
-                    (applied if cls is EffectClass.BUFFERABLE else released).append(e.key)
+                    (done if cls is EffectClass.BUFFERABLE else gated).append(e.key)
+            applied, released, accepted = tuple(done), tuple(gated), tuple(final)
             if failed:
-                failed_out = tuple(e.key for e in tx.effects if e.key in failed)
-        else:
+                failed_out = tuple(e.key for e in effects if e.key in failed)
+        elif effects:
             residue_keys = {e.key for e in residue} if residue else ()
-            for e in tx.effects:
+            undone: list[str] = []
+            left: list[str] = []
+            for e in effects:
                 if e.effect_class is not EffectClass.REVERSIBLE:
-                    dropped.append(e.key)
+                    left.append(e.key)
                 elif e.key not in residue_keys:
-                    compensated.append(e.key)
-            compensated.reverse()
-            if residue_keys and keep_residue:
-                residue_out = tuple(e.key for e in tx.effects if e.key in residue_keys)
-        effect_scopes = tx.effect_scopes
-        if not effect_scopes:
+                    undone.append(e.key)
+            undone.reverse()
+            compensated, dropped = tuple(undone), tuple(left)
+            if residue_keys and self.options.classify_residue:
+                residue_out = tuple(e.key for e in effects if e.key in residue_keys)
+        written = tx.effect_scopes
+        if not written:
             writes: tuple[str, ...] = ()
-        elif len(effect_scopes) == 1:
-            writes = (str(next(iter(effect_scopes))),)
+        elif len(written) == 1:
+            for only in written:
+                writes = (only._text,)
         else:
-            writes = tuple(sorted(map(str, effect_scopes)))
+            writes = tuple(sorted(map(str, written)))
         source = tx.abort_source
         return Settlement(
             tx.txid,
@@ -534,11 +546,11 @@ class TransactionManager:
             "committed" if committed else "aborted",
             source.value if source is not None else None,
             tx.abort_detail,
-            tuple(applied),
-            tuple(released),
-            tuple(accepted),
-            tuple(compensated),
-            tuple(dropped),
+            applied,
+            released,
+            accepted,
+            compensated,
+            dropped,
             residue_out,
             failed_out,
             tx.duplicates_suppressed,

@@ -194,7 +194,7 @@ class Tx:
             if self._autocommit:
                 self.commit()
             else:
-                self.seal()
+                self.session.seal()
             return False
         if isinstance(exc, TransactionAborted) and exc.txid == self.txid:
             return False
@@ -298,9 +298,12 @@ class Runtime:
 
     def branch(self, group: str, index: int, *, timeout: float | None = _UNSET) -> Tx:
         """One speculative branch of `group`; leaving its block seals it, `resolve` settles it."""
-        session = self.coordinator.begin(group=group, trace=group, branch=index)
-        self._track_branch(group, session)
-        return Tx(self, session, self._sync_driver_for(timeout), autocommit=False)
+        driver = self._sync_driver if timeout is _UNSET else self._sync_driver_for(timeout)
+        co = self.coordinator
+        with co.lock:  # one lock round for both steps: this is speculation's per-branch cost
+            session = co.begin(group=group, trace=group, branch=index)
+            self._branches.setdefault(group, {})[session.txid] = session
+        return Tx(self, session, driver, autocommit=False)
 
     def _sync_driver_for(self, timeout: float | None) -> _SyncDriver:
         if timeout is _UNSET or timeout == self.timeout:
@@ -412,8 +415,8 @@ class Runtime:
             @functools.wraps(f)
             def shim(*args: Any, **kwargs: Any) -> Any:
                 tx = _current.get()
-                if isinstance(tx, Tx) and tx.rt is self:
-                    return tx.call(spec, *args, **kwargs)
+                if tx.__class__ is Tx and tx.rt is self:  # type: ignore[union-attr]
+                    return tx.call(spec, *args, **kwargs)  # type: ignore[union-attr]
                 if tx is not None:
                     raise AtomixError(f"tool {spec.name!r}: called inside a transaction of another runtime or driver")
                 with self.transaction() as own:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from atomix.decisions import AbortPlan, CommitPlan, Settlement, Wait
 from atomix.effects import AbortSource, Effect, EffectClass
-from atomix.errors import IllegalTransition, TransactionAborted
+from atomix.errors import IllegalTransition, TransactionAborted, UnknownTransaction
 from atomix.manager import RuntimeOptions, TransactionManager
 from atomix.scopes import Scope
 from atomix.settle import Outcome
@@ -358,8 +358,11 @@ class TxSession:
         fn = spec.fn
         effect = Effect(spec.name, spec.effect, scopes, key, apply=lambda: fn(**kwargs), payload=args)  # type: ignore[arg-type]
         with co.lock:
-            self._raise_if_settled()
-            decision = co.core.stage(self.txid, effect)
+            try:
+                decision = co.core.stage(self.txid, effect)
+            except (IllegalTransition, UnknownTransaction):
+                self._raise_if_settled()  # aborted (maybe by resolve) or settled: say so
+                raise
         if decision.__class__ is AbortPlan:
             return decision  # type: ignore[return-value]
         return Ack("staged" if spec.effect is EffectClass.BUFFERABLE else "queued", key, spec.name)

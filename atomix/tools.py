@@ -50,9 +50,24 @@ def _key_encoder() -> Callable[[dict[str, Any]], str]:
 
 
 _encode_args = _key_encoder()
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-@dataclass(frozen=True, slots=True)
+def _digest(args: dict[str, Any]) -> str:
+    """A stable digest of a call's arguments (bound in signature order, so the same call
+    always gives the same text): their repr when all are scalars, whose repr is stable across
+    processes, else their canonical JSON (keys sorted, so dicts in any order agree)."""
+    values = tuple(args.values())
+    for value in values:
+        if value.__class__ not in _SCALARS:
+            blob = _encode_args(args).encode()
+            break
+    else:
+        blob = repr(values).encode()
+    return hashlib.blake2b(blob, digest_size=8).hexdigest()
+
+
+@dataclass(slots=True)
 class Ack:
     """What a deferred call returns at once: `staged` (bufferable) or `queued` (gated)."""
 
@@ -142,7 +157,7 @@ class ToolSpec:
         if names is None or defaults is None or len(args) > len(names):
             return self._slow_bind(args, kwargs)
         if not kwargs and len(args) == len(names):
-            return dict(zip(names, args, strict=False))
+            return dict(zip(names, args))  # noqa: B905 - equal lengths; strict= costs a slow call
         out = dict(zip(names, args, strict=False))
         for name, value in kwargs.items():
             if name in out or name not in defaults:
@@ -175,8 +190,7 @@ class ToolSpec:
             return self.key.format_map(args)
         if self.key is not None:
             return str(self.key(**args))
-        blob = _encode_args(args).encode()
-        return hashlib.blake2b(blob, digest_size=8).hexdigest()
+        return _digest(args)
 
 
 def define_tool(
