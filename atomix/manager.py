@@ -114,8 +114,10 @@ class TransactionManager:
         return tx
 
     def _register(self, tx: Transaction, order_scope: Scope) -> None:
-        if order_scope not in tx.registered:
-            tx.registered.add(order_scope)
+        registered = tx.registered
+        known = len(registered)
+        registered.add(order_scope)
+        if len(registered) != known:
             self._order.register(order_scope, tx)
 
     # -- accesses while open -------------------------------------------------------------------
@@ -259,12 +261,10 @@ class TransactionManager:
                     return self._late(tx, scope, write=True)  # type: ignore[return-value]
             mine = tx.effect_scopes
             for scope in scopes:
-                if scope not in mine:
-                    mine.add(scope)
-                    order_scope = GLOBAL_SCOPE if self._global else scope
-                    if order_scope not in tx.registered:
-                        tx.registered.add(order_scope)
-                        self._order.register(order_scope, tx)
+                known = len(mine)
+                mine.add(scope)
+                if len(mine) != known:  # new to the footprint (one hash instead of two)
+                    self._register(tx, GLOBAL_SCOPE if self._global else scope)
         self._seq += 1
         effect.seq = self._seq
         tx.keys.add(effect.key)
@@ -544,7 +544,7 @@ class TransactionManager:
             tx.trace,
             tx.group,
             "committed" if committed else "aborted",
-            source.value if source is not None else None,
+            source,  # an AbortSource is a str (StrEnum): no .value property call needed
             tx.abort_detail,
             applied,
             released,
