@@ -189,17 +189,17 @@ class Tx:
             _current.reset(self._token)
             self._token = None
         if exc is None:
-            if self.session.settlement is not None:
-                return False  # committed or aborted explicitly inside the block
-            if self._autocommit:
-                self.commit()
-            else:
-                self.session.seal()
-            return False
-        if isinstance(exc, TransactionAborted) and exc.txid == self.txid:
-            return False
-        source = getattr(exc, "abort_source", AbortSource.TOOL_FAILURE)
-        self.abort(source, f"{type(exc).__name__}: {exc}")
+            if self.session.settlement is None:
+                if self._autocommit:
+                    self.commit()
+                else:
+                    self.session.seal()
+                    return False
+        elif not (isinstance(exc, TransactionAborted) and exc.txid == self.txid):
+            source = getattr(exc, "abort_source", AbortSource.TOOL_FAILURE)
+            self.abort(source, f"{type(exc).__name__}: {exc}")
+        if self.session.group is not None:
+            self.rt._untrack(self.session)  # settled: resolve has nothing left to do for it
         return False
 
 
@@ -314,6 +314,14 @@ class Runtime:
         # resolve settles each loser through its handle's own session, so the handle sees it
         with self.coordinator.lock:
             self._branches.setdefault(group, {})[session.txid] = session
+
+    def _untrack(self, session: TxSession) -> None:
+        with self.coordinator.lock:
+            branches = self._branches.get(session.group or "")
+            if branches is not None:
+                branches.pop(session.txid, None)
+                if not branches:
+                    del self._branches[session.group or ""]
 
     def resolve(self, group: str, winner: Tx) -> tuple[Settlement, list[Settlement]]:
         """Commit the winning branch and abort every other branch of its group."""

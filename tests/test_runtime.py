@@ -583,6 +583,19 @@ def test_a_branch_committed_first_wins_and_its_siblings_are_undone_before_it_lan
         a.commit()  # the loser cannot commit afterwards
 
 
+def test_branches_that_all_fail_leave_nothing_tracked(w: World) -> None:
+    first = _speculate(w, "gone", 3, fail=0)
+    for i in (1, 2):  # others fail too, on their own
+        with pytest.raises(RuntimeError), w.rt.branch("gone", 10 + i):
+            w.book(300 + i)
+            raise RuntimeError("failed")
+    # only the two sealed, live branches still await resolve
+    assert set(w.rt._branches["gone"]) == {first[1].txid, first[2].txid}
+    winner, losers = w.rt.resolve("gone", _speculate(w, "gone", 1)[0])
+    assert winner.committed and len(losers) == 2  # 2 sealed live ones; the failures settled
+    assert w.rt._branches == {} and w.rt.core.active() == []
+
+
 def test_many_branches_and_a_non_group_transaction(w: World) -> None:
     branches = _speculate(w, "g16", 16)
     winner, losers = w.rt.resolve("g16", branches[15])
