@@ -96,3 +96,20 @@ class Settlement:
     def clean(self) -> bool:
         """Settled without residue or a commit-time apply that never landed."""
         return not self.residue and not self.failed_applies
+
+
+@dataclass(slots=True)
+class Resolution:
+    """What `resolve` (or `abort_group`) did to a speculation group.
+
+    Losing branches that externalised reversible effects come back in `compensate`: the
+    driver carries out each plan, then finishes it. Losers with nothing to compensate (they
+    only staged or queued) have nothing for a driver to do, so they are settled on the spot:
+    their records are in `settled`, and `woken` lists the transactions that were waiting on
+    them. `decision` is the winner's commit decision (None from `abort_group`).
+    """
+
+    decision: CommitPlan | Wait | AbortPlan | None
+    compensate: list[AbortPlan] = field(default_factory=list)
+    settled: list[Settlement] = field(default_factory=list)
+    woken: list[int] = field(default_factory=list)

@@ -99,7 +99,7 @@ class ScopeIndex:
 
     # -- registration ----------------------------------------------------------------------
     def register(self, scope: Scope, tx: Transaction, *, eager: bool = False) -> None:
-        path = self._path(scope, create=True)
+        path = self._paths.get(scope) or self._path(scope, create=True)
         assert path is not None
         node = path[-1]
         if tx.txid not in node.holders:
@@ -111,7 +111,7 @@ class ScopeIndex:
             self.eager_count += 1
 
     def unregister(self, scope: Scope, tx: Transaction) -> None:
-        path = self._path(scope, create=False)
+        path = self._paths.get(scope) or self._path(scope, create=False)
         if path is None:
             return
         node = path[-1]
@@ -212,7 +212,14 @@ class ScopeIndex:
 
         A transaction of a smaller epoch that touches `scope` now is late and aborts as stale.
         """
-        return self._max_overlapping(scope, "rw_epoch", "sub_rw_epoch")
+        path = self._paths.get(scope)
+        if path is None:  # not a known node: walk (rare; the cache fills on registration)
+            return self._max_overlapping(scope, "rw_epoch", "sub_rw_epoch")
+        best = path[-1].sub_rw_epoch  # the hot case, spelled out: every stage asks this
+        for node in path:
+            if node.rw_epoch > best:
+                best = node.rw_epoch
+        return best
 
     # -- commit stamps -------------------------------------------------------------------------
     def stamp(self, scope: Scope, epoch: int, *, write: bool, visible_seq: int = 0) -> None:

@@ -17,6 +17,7 @@ from atomix.decisions import (
     Blocker,
     CommitPlan,
     Proceed,
+    Resolution,
     Settlement,
     Wait,
 )
@@ -385,45 +386,67 @@ class TransactionManager:
     def abort(self, txid: int, source: AbortSource | str, detail: str = "") -> AbortPlan:
         """Abort: drop what never left, compensate externalised effects in reverse order."""
         tx = self._txs.get(txid) or self.get(txid)
+        self._mark_aborted(tx, source, detail)
+        return self._abort_plan(tx)
+
+    def _mark_aborted(self, tx: Transaction, source: AbortSource | str, detail: str) -> None:
         if source.__class__ is not AbortSource:
             source = AbortSource(source)  # a bad source must not leave the state changed
-        tx.state = next_state(txid, tx.state, TxEvent.ABORT)
+        tx.state = next_state(tx.txid, tx.state, TxEvent.ABORT)
         tx.abort_source = source  # type: ignore[assignment]
         tx.abort_detail = detail
+
+    def _abort_plan(self, tx: Transaction) -> AbortPlan:
         compensate: list[Effect] = []
         drop: list[Effect] = []
         for e in tx.effects:
             (compensate if e.effect_class is EffectClass.REVERSIBLE else drop).append(e)
         compensate.reverse()
-        return AbortPlan(txid, tx.epoch, source, detail, tuple(compensate), tuple(drop))  # type: ignore[arg-type]
+        return AbortPlan(
+            tx.txid, tx.epoch, tx.abort_source, tx.abort_detail, tuple(compensate), tuple(drop)  # type: ignore[arg-type]
+        )
 
-    def resolve(
-        self, group: str, winner: int
-    ) -> tuple[list[AbortPlan], CommitPlan | Wait | AbortPlan]:
-        """Speculation: abort every other branch of `group`, then try to commit the winner."""
+    def resolve(self, group: str, winner: int, *, forget: bool = False) -> Resolution:
+        """Speculation: abort every other live branch of `group`, then try to commit the
+        winner. Losers are settled first (see `Resolution`), so the winner's commit meets
+        only the siblings whose compensations are still pending. With `forget`, the records
+        of losers settled on the spot are dropped, as `finish(forget=True)` does."""
         members = self._groups.get(group, {})
         if winner not in members:
             raise UnknownTransaction(f"transaction {winner} is not a branch of group {group!r}")
         if self._txs[winner].state is TxState.COMMITTED:
             raise IllegalTransition(winner, TxState.COMMITTED.value, "resolve")
         self._picked[group] = winner
-        losers = self.abort_group(group, keep=winner)
+        resolution = self.abort_group(group, keep=winner, forget=forget)
         win = self._txs[winner]
         if win.state is TxState.ABORTED:
-            return losers, AbortPlan(
+            resolution.decision = AbortPlan(
                 winner, win.epoch, win.abort_source or AbortSource.TOOL_FAILURE, win.abort_detail
             )
+            return resolution
         if win.state is TxState.OPEN:
             self.seal(winner)
-        return losers, self.try_commit(winner)
+        resolution.decision = self.try_commit(winner)
+        return resolution
 
-    def abort_group(self, group: str, *, keep: int | None = None) -> list[AbortPlan]:
-        """Abort every live branch of `group` but `keep` (they lost): their plans, in order."""
-        losers = []
-        for txid in self._groups.get(group, ()):
-            if txid != keep and self._txs[txid].state not in TERMINAL:
-                losers.append(self.abort(txid, AbortSource.LOSING_SPECULATION, f"lost {group}"))
-        return losers
+    def abort_group(
+        self, group: str, *, keep: int | None = None, forget: bool = False
+    ) -> Resolution:
+        """Abort every live branch of `group` but `keep` (they lost), in begin order."""
+        resolution = Resolution(None)
+        detail = f"lost {group}"
+        for txid in list(self._groups.get(group, ())):  # settling the last one ends the group
+            tx = self._txs[txid]
+            if txid == keep or tx.state in TERMINAL:
+                continue
+            self._mark_aborted(tx, AbortSource.LOSING_SPECULATION, detail)
+            if tx.eager_scopes:  # something was externalised: the driver compensates
+                resolution.compensate.append(self._abort_plan(tx))
+            else:
+                settlement, woken = self.finish(txid, forget=forget)
+                resolution.settled.append(settlement)
+                resolution.woken.extend(woken)
+        return resolution
 
     def finish(
         self,

@@ -325,31 +325,27 @@ class Runtime:
 
     def resolve(self, group: str, winner: Tx) -> tuple[Settlement, list[Settlement]]:
         """Commit the winning branch and abort every other branch of its group."""
-        with self.coordinator.lock:
+        co = self.coordinator
+        with co.lock:
             done = winner.session.settlement
             if done is None:
-                loser_plans, decision = self.coordinator.core.resolve(group, winner.txid)
+                resolution = co.core.resolve(group, winner.txid, forget=True)
             elif done.committed:
                 raise IllegalTransition(winner.txid, "committed", "resolve")
             else:  # the winner failed and settled already: every live branch loses
-                loser_plans, decision = self.coordinator.core.abort_group(group), None
-            # Settle each loser through its own handle's session, so that the handle sees it.
+                resolution = co.core.abort_group(group, forget=True)
+            # Each loser's settlement goes to its own handle's session, so the handle sees it.
             sessions = self._branches.pop(group, {})
-        settled: dict[int, Settlement] = {}
-        dropped: list[TxSession] = []
-        for plan in loser_plans:
+            co.adopt(resolution.settled, sessions, resolution.woken)
+        settled = {s.txid: s for s in resolution.settled}
+        for plan in resolution.compensate:
             session = sessions.get(plan.txid) or self._sessions_by_id(plan.txid)
-            if plan.compensate:
-                settled[plan.txid] = winner._driver.drive(session.settle_abort(plan))
-            else:  # nothing was externalised: dropping is all there is, no driver step needed
-                dropped.append(session)
-        for settlement in self.coordinator.finish_dropped(dropped):
-            settled[settlement.txid] = settlement
-        losers = [settled[plan.txid] for plan in loser_plans]
-        if decision is None:
+            settled[plan.txid] = winner._driver.drive(session.settle_abort(plan))
+        losers = [settled[txid] for txid in sorted(settled)]  # begin order
+        if resolution.decision is None:
             assert done is not None
             raise TransactionAborted(winner.txid, done.abort_source or "", done.detail, done)
-        steps = _resume_commit(winner.session, decision, winner._driver)
+        steps = _resume_commit(winner.session, resolution.decision, winner._driver)
         return winner._driver.drive(steps), losers
 
     def _sessions_by_id(self, txid: int) -> TxSession:

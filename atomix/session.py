@@ -108,17 +108,23 @@ class Coordinator:
             tx = self.core.begin(group=group, trace=trace, branch=branch)
         return TxSession(self, tx.txid, tx.epoch, tx.trace, group, branch)
 
-    def finish_dropped(self, sessions: list[TxSession]) -> list[Settlement]:
-        """Settle aborted transactions whose plans compensate nothing (losing branches that
-        only staged or queued): no driver step is needed, so all under one lock."""
-        out = []
-        with self.lock:
-            finish = self.core.finish
-            for session in sessions:
-                settlement, woken = finish(session.txid, waited=session.waited, forget=True)
-                self._settled(session, settlement, woken)
-                out.append(settlement)
-        return out
+    def adopt(
+        self, settled: list[Settlement], sessions: dict[int, TxSession], woken: list[int]
+    ) -> None:
+        """Take over settlements the core made on its own (losing branches with nothing to
+        compensate, settled by resolve); the caller holds the lock. The core does not keep
+        the driver's clock, so each session adds the time it waited."""
+        for settlement in settled:
+            session = sessions.get(settlement.txid)
+            if session is not None:
+                settlement.waited = session.waited
+                session.settlement = settlement
+            if self.keep_settlements:
+                self.settlements.append(settlement)
+        if self._wakers:
+            self._wake(woken)
+            # a loser's own thread may be parked: it wakes to find itself settled
+            self._wake([s.txid for s in settled])
 
     def _settled(self, session: TxSession, settlement: Settlement, woken: list[int]) -> None:
         # The core has dropped its record (forget=True): the settlement is the record now,
@@ -281,11 +287,6 @@ class TxSession:
     def settle_abort(self, plan: AbortPlan) -> Steps:
         outcome: Outcome = yield ApplyAbort(plan)
         return self._finish(residue=outcome.residue)
-
-    def settle_dropped(self, plan: AbortPlan) -> Settlement:
-        """settle_abort for a plan with nothing to compensate (its effects are only dropped)."""
-        assert not plan.compensate and plan.txid == self.txid
-        return self.co.finish_dropped([self])[0]
 
     def _abort_and_raise(self, plan: AbortPlan) -> Steps:
         settlement = yield from self.settle_abort(plan)

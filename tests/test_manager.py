@@ -494,20 +494,28 @@ def test_resolve_aborts_the_losers_and_commits_the_winner() -> None:
     externalized(mgr, branches[0], "kv:v:1", "r0")
     branches[0].effects[-1].compensate = lambda: undone.append("r0")
     winner = branches[1]  # the middle one: an earlier and a later sibling
-    losers, decision = mgr.resolve("g", winner.txid)
-    assert sorted(p.txid for p in losers) == [branches[0].txid, branches[2].txid]
-    assert all(p.source is AbortSource.LOSING_SPECULATION for p in losers)
-    assert [e.key for e in losers[0].compensate] == ["r0"]
+    res = mgr.resolve("g", winner.txid)
+    # branch 0 externalised an effect: its plan goes to the driver; branch 2 only staged
+    # and queued, so resolve settled it on the spot
+    assert [p.txid for p in res.compensate] == [branches[0].txid]
+    assert [s.txid for s in res.settled] == [branches[2].txid] and res.woken == []
+    (plan,) = res.compensate
+    assert plan.source is AbortSource.LOSING_SPECULATION
+    assert [e.key for e in plan.compensate] == ["r0"]
     assert all(b.state is TxState.ABORTED for b in branches if b is not winner)
+    assert branches[2].finished and not branches[0].finished
+    (quick,) = res.settled
+    assert quick.abort_source == "losing_speculation" and quick.compensated == ()
+    assert quick.dropped == (f"k{branches[2].txid}", f"m{branches[2].txid}")
+    decision = res.decision
     assert isinstance(decision, CommitPlan)
     assert [e.key for e in decision.apply] == [f"k{winner.txid}"]
     assert [e.key for e in decision.release] == [f"m{winner.txid}"]
-    for plan in losers:  # the driver settles the losers first
-        for effect in plan.compensate:
-            effect.compensate()
-        settlement, _ = mgr.finish(plan.txid)
-        assert settlement.abort_source == "losing_speculation"
-        assert f"m{plan.txid}" in settlement.dropped
+    for effect in plan.compensate:  # the driver settles the loser first
+        effect.compensate()
+    settlement, _ = mgr.finish(plan.txid)
+    assert settlement.abort_source == "losing_speculation"
+    assert f"m{plan.txid}" in settlement.dropped and settlement.compensated == ("r0",)
     assert undone == ["r0"]
     mgr.finish(winner.txid)
     assert mgr.frontier(X) == winner.epoch
@@ -520,12 +528,12 @@ def test_the_winner_still_waits_for_an_earlier_transaction_of_another_group() ->
     a, b = mgr.begin(group="g"), mgr.begin(group="g")
     for tx in (a, b):
         mgr.stage(tx.txid, put(mgr, X, f"k{tx.txid}"))
-    losers, decision = mgr.resolve("g", a.txid)
-    assert [p.txid for p in losers] == [b.txid]
+    res = mgr.resolve("g", a.txid)
+    assert [s.txid for s in res.settled] == [b.txid] and res.compensate == []
+    decision = res.decision
     assert isinstance(decision, Wait)
     assert [(blk.txid, blk.epoch) for blk in decision.blockers] == [(other.txid, other.epoch)]
-    assert a.state is TxState.WAITING
-    mgr.finish(b.txid)
+    assert a.state is TxState.WAITING and b.finished
     settle_other = commit(mgr, other)
     assert isinstance(settle_other, CommitPlan)
     _, woken = mgr.finish(other.txid)
@@ -537,9 +545,25 @@ def test_resolve_of_an_aborted_winner_aborts_the_whole_group() -> None:
     mgr = TransactionManager()
     a, b = mgr.begin(group="g"), mgr.begin(group="g")
     mgr.abort(a.txid, AbortSource.TOOL_FAILURE)
-    losers, decision = mgr.resolve("g", a.txid)
-    assert [p.txid for p in losers] == [b.txid]
-    assert isinstance(decision, AbortPlan) and decision.source is AbortSource.TOOL_FAILURE
+    res = mgr.resolve("g", a.txid)
+    assert [s.txid for s in res.settled] == [b.txid]
+    assert isinstance(res.decision, AbortPlan) and res.decision.source is AbortSource.TOOL_FAILURE
+
+
+def test_a_loser_settled_by_resolve_wakes_what_waited_on_it() -> None:
+    mgr = TransactionManager()
+    a, b = mgr.begin(group="g"), mgr.begin(group="g")
+    mgr.stage(a.txid, put(mgr, X, "ka"))
+    later = mgr.begin()  # another group's later transaction on the same scope
+    mgr.stage(later.txid, put(mgr, X, "kl"))
+    mgr.seal(later.txid)
+    wait = mgr.try_commit(later.txid)
+    assert isinstance(wait, Wait) and {blk.txid for blk in wait.blockers} == {a.txid}
+    res = mgr.resolve("g", b.txid)
+    assert [s.txid for s in res.settled] == [a.txid] and res.woken == [later.txid]
+    assert isinstance(res.decision, CommitPlan)
+    mgr.finish(b.txid)
+    assert isinstance(mgr.try_commit(later.txid), CommitPlan)
 
 
 def test_resolve_rejects_a_non_member() -> None:
@@ -556,8 +580,8 @@ def test_resolve_rejects_a_non_member() -> None:
 def test_resolve_of_a_committed_winner_raises_and_changes_nothing() -> None:
     mgr = TransactionManager()
     a, _, _ = mgr.begin(group="g"), mgr.begin(group="g"), mgr.begin(group="g")
-    losers, plan = mgr.resolve("g", a.txid)
-    assert len(losers) == 2 and isinstance(plan, CommitPlan)
+    res = mgr.resolve("g", a.txid)
+    assert len(res.settled) == 2 and isinstance(res.decision, CommitPlan)
     late = mgr.begin(group="g")  # joined after the winner committed
     with pytest.raises(IllegalTransition):
         mgr.resolve("g", a.txid)
@@ -571,8 +595,8 @@ def test_only_one_branch_of_a_group_commits() -> None:
     for tx in (a, b):
         mgr.stage(tx.txid, put(mgr, X, f"k{tx.txid}"))
         mgr.seal(tx.txid)
-    losers, plan = mgr.resolve("g", b.txid)  # the later branch wins
-    assert [p.txid for p in losers] == [a.txid] and isinstance(plan, CommitPlan)
+    res = mgr.resolve("g", b.txid)  # the later branch wins
+    assert [s.txid for s in res.settled] == [a.txid] and isinstance(res.decision, CommitPlan)
     late = mgr.begin(group="g")
     mgr.seal(late.txid)
     assert kind(mgr.try_commit(late.txid)) == "abort:losing_speculation"
@@ -589,15 +613,15 @@ def test_forgotten_branches_do_not_break_the_group() -> None:
     mgr.abort(a.txid, AbortSource.TOOL_FAILURE)
     mgr.finish(a.txid)
     mgr.forget(a.txid)
-    losers, decision = mgr.resolve("g", b.txid)
-    assert [p.txid for p in losers] == [c.txid]
-    assert isinstance(decision, CommitPlan)
-    mgr.finish(c.txid)
-    mgr.forget(c.txid)
+    res = mgr.resolve("g", b.txid, forget=True)
+    assert [s.txid for s in res.settled] == [c.txid]
+    assert isinstance(res.decision, CommitPlan)
+    with pytest.raises(UnknownTransaction):
+        mgr.get(c.txid)  # settled on the spot and forgotten
     settlement, _ = mgr.finish(b.txid)
     assert settlement.committed
     d = mgr.begin(group="g")  # the group name is free again
-    assert isinstance(mgr.resolve("g", d.txid)[1], CommitPlan)
+    assert isinstance(mgr.resolve("g", d.txid).decision, CommitPlan)
 
 
 # --------------------------------------------------------------------------- frontiers
@@ -739,9 +763,9 @@ def sc_speculation(mgr: TransactionManager) -> str:
     a, b = mgr.begin(group="g"), mgr.begin(group="g")
     for tx in (a, b):
         mgr.stage(tx.txid, put(mgr, X, f"k{tx.txid}"))
-    losers, decision = mgr.resolve("g", b.txid)
-    assert [p.txid for p in losers] == [a.txid]
-    return kind(decision)
+    res = mgr.resolve("g", b.txid)
+    assert [s.txid for s in res.settled] == [a.txid]
+    return kind(res.decision)
 
 
 SCENARIOS: dict[str, Callable[[TransactionManager], str]] = {
@@ -879,9 +903,9 @@ def _sibling_race(mgr: TransactionManager, world: dict[str, object]) -> tuple[Ab
     mgr.stage(
         b.txid, Effect("put", EffectClass.BUFFERABLE, (x,), "wb", apply=lambda: world.update(x="b"))
     )
-    losers, decision = mgr.resolve("g", b.txid)
-    assert isinstance(decision, Wait)
-    return losers[0], decision
+    res = mgr.resolve("g", b.txid)
+    assert isinstance(res.decision, Wait) and res.settled == []
+    return res.compensate[0], res.decision
 
 
 def test_the_winner_waits_for_a_losing_siblings_pending_compensation() -> None:
@@ -908,8 +932,7 @@ def test_a_sibling_without_reversible_effects_does_not_hold_the_winner_back() ->
     a, b = mgr.begin(group="g"), mgr.begin(group="g")
     mgr.stage(a.txid, Effect("put", EffectClass.BUFFERABLE, (x,), "wa", apply=lambda: None))
     mgr.stage(b.txid, Effect("put", EffectClass.BUFFERABLE, (x,), "wb", apply=lambda: None))
-    _, decision = mgr.resolve("g", b.txid)
-    assert isinstance(decision, CommitPlan)
+    assert isinstance(mgr.resolve("g", b.txid).decision, CommitPlan)
 
 
 def test_a_branch_commits_only_through_resolve_while_a_sibling_is_live() -> None:
@@ -929,9 +952,9 @@ def test_a_branch_commits_only_through_resolve_while_a_sibling_is_live() -> None
     with pytest.raises(IllegalTransition, match="resolve"):
         mgr.try_commit(b.txid)  # a is live: committing b alone could be rolled back by a
     assert b.state is TxState.SEALED and a.state is TxState.OPEN
-    losers, plan = mgr.resolve("g", b.txid)  # the way a branch commits: a aborts first
-    assert [p.txid for p in losers] == [a.txid] and isinstance(plan, Wait)
-    for effect in losers[0].compensate:
+    res = mgr.resolve("g", b.txid)  # the way a branch commits: a aborts first
+    assert [p.txid for p in res.compensate] == [a.txid] and isinstance(res.decision, Wait)
+    for effect in res.compensate[0].compensate:
         effect.compensate()
     _, woken = mgr.finish(a.txid)
     assert woken == [b.txid]

@@ -18,7 +18,7 @@ from hypothesis import settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from atomix.decisions import AbortPlan, CommitPlan, Proceed, Wait
+from atomix.decisions import AbortPlan, CommitPlan, Proceed, Settlement, Wait
 from atomix.effects import AbortSource, Effect, EffectClass
 from atomix.errors import IllegalTransition, UnknownTransaction
 from atomix.manager import TransactionManager
@@ -521,6 +521,19 @@ class ProtocolMachine(RuleBasedStateMachine):
             del self.groups[tx.group]
             self.picked.pop(tx.group, None)
 
+    def settled_by_resolve(self, tx: TxModel, settlement: Settlement) -> set[int]:
+        """A loser with nothing externalised, settled inside resolve: its record must say
+        that everything it staged or queued was dropped. Returns who waited on it."""
+        assert settlement.outcome == "aborted" and settlement.epoch == tx.epoch
+        assert settlement.abort_source == AbortSource.LOSING_SPECULATION.value
+        assert settlement.dropped == tuple(e.key for e in tx.staged)
+        assert settlement.compensated == settlement.residue == settlement.applied == ()
+        assert settlement.duplicates_suppressed == tx.duplicates
+        tx.state = "aborted"
+        tx.finished = True
+        tx.finish_time = self.tick()
+        return self.waiting_on.pop(tx.txid, set())
+
     def live_groups(self) -> list[str]:
         return sorted(
             g for g, members in self.groups.items()
@@ -558,11 +571,21 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.txs[m] for m in members
             if m != winner.txid and self.txs[m].state not in ("committed", "aborted")
         ]
-        loser_plans, decision = self.mgr.resolve(group, winner.txid)
+        res = self.mgr.resolve(group, winner.txid)
+        decision = res.decision
         self.picked[group] = winner.txid
-        assert sorted(p.txid for p in loser_plans) == sorted(m.txid for m in losers)
-        for plan in loser_plans:
+        # losers that externalised something go to the driver; the rest settle on the spot
+        assert [p.txid for p in res.compensate] == [m.txid for m in losers if m.eager]
+        assert [x.txid for x in res.settled] == [m.txid for m in losers if not m.eager]
+        for plan in res.compensate:
             self.aborted(self.txs[plan.txid], plan, AbortSource.LOSING_SPECULATION)
+        woken: set[int] = set()
+        for settlement in res.settled:
+            woken |= self.settled_by_resolve(self.txs[settlement.txid], settlement)
+        assert set(res.woken) == woken
+        if all(self.txs[m].finished for m in members):  # a finished winner: the group ends
+            del self.groups[group]
+            self.picked.pop(group, None)
         if winner.state == "aborted":
             assert isinstance(decision, AbortPlan) and decision.txid == winner.txid
             return
