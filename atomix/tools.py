@@ -53,17 +53,25 @@ _encode_args = _key_encoder()
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
+_SHORT = 48
+
+
 def _digest(args: dict[str, Any]) -> str:
-    """A stable digest of a call's arguments (bound in signature order, so the same call
-    always gives the same text): their repr when all are scalars, whose repr is stable across
-    processes, else their canonical JSON (keys sorted, so dicts in any order agree)."""
+    """A stable text for a call's arguments (bound in signature order, so the same call
+    always gives the same text). All scalars: their repr, which is stable across processes,
+    as it is when short (it starts with "(", so it never looks like a hash) and hashed when
+    long; anything else: a hash of the canonical JSON (keys sorted, so dicts built in any
+    order agree)."""
     values = tuple(args.values())
     for value in values:
         if value.__class__ not in _SCALARS:
             blob = _encode_args(args).encode()
             break
     else:
-        blob = repr(values).encode()
+        text = repr(values)
+        if len(text) <= _SHORT:
+            return text
+        blob = text.encode()
     return hashlib.blake2b(blob, digest_size=8).hexdigest()
 
 
