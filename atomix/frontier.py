@@ -136,20 +136,29 @@ class ScopeIndex:
         self, scope: Scope, epoch: int, group: str | None
     ) -> list[Transaction]:
         """Unfinished holders overlapping `scope` with an epoch below `epoch`, leaving out
-        branches of `group` (may repeat a tx). One tight loop: a commit's hot path."""
+        branches of `group` (may repeat a tx). Tight loops: a commit's hot path."""
+        path = self._paths.get(scope)
+        if path is None:
+            path, exact = self._nearest(scope)
+        else:
+            exact = True
+        last = path[-1]
+        nodes = [n for n in path if n.holders] if not exact else [
+            n for n in path if n.holders and n is not last
+        ]
+        if exact and last.sub_count:
+            if last.sub_count == len(last.holders):  # nothing registered below it
+                nodes.append(last)
+            else:
+                stack = [last]
+                while stack:
+                    n = stack.pop()
+                    if n.sub_count:
+                        if n.holders:
+                            nodes.append(n)
+                        stack.extend(n.children.values())
         found: list[Transaction] = []
-        path, exact = self._nearest(scope)
-        nodes: list[_Node] = list(path[:-1]) if exact else list(path)
-        if exact:
-            stack = [path[-1]]
-            while stack:
-                n = stack.pop()
-                if n.sub_count:
-                    nodes.append(n)
-                    stack.extend(n.children.values())
         for node in nodes:
-            if not node.holders:
-                continue
             for other in node.holders.values():
                 if (
                     other.epoch < epoch
@@ -223,7 +232,7 @@ class ScopeIndex:
 
     # -- commit stamps -------------------------------------------------------------------------
     def stamp(self, scope: Scope, epoch: int, *, write: bool, visible_seq: int = 0) -> None:
-        path = self._path(scope, create=True)
+        path = self._paths.get(scope) or self._path(scope, create=True)
         assert path is not None
         node = path[-1]
         if epoch > node.rw_epoch:
