@@ -291,29 +291,27 @@ class Runtime:
     def transaction(
         self, *, timeout: float | None = _UNSET, group: str | None = None, trace: str | None = None
     ) -> Tx:
-        session = self.coordinator.begin(group=group, trace=trace)
-        if group is not None:
-            self._track_branch(group, session)
+        session = self._begin(group, trace, 0)
         return Tx(self, session, self._sync_driver_for(timeout), autocommit=True)
 
     def branch(self, group: str, index: int, *, timeout: float | None = _UNSET) -> Tx:
         """One speculative branch of `group`; leaving its block seals it, `resolve` settles it."""
-        driver = self._sync_driver if timeout is _UNSET else self._sync_driver_for(timeout)
-        co = self.coordinator
-        with co.lock:  # one lock round for both steps: this is speculation's per-branch cost
-            session = co.begin(group=group, trace=group, branch=index)
-            self._branches.setdefault(group, {})[session.txid] = session
-        return Tx(self, session, driver, autocommit=False)
+        session = self._begin(group, group, index)
+        return Tx(self, session, self._sync_driver_for(timeout), autocommit=False)
 
     def _sync_driver_for(self, timeout: float | None) -> _SyncDriver:
         if timeout is _UNSET or timeout == self.timeout:
             return self._sync_driver
         return _SyncDriver(timeout, self._attempts, self._clock)
 
-    def _track_branch(self, group: str, session: TxSession) -> None:
-        # resolve settles each loser through its handle's own session, so the handle sees it
-        with self.coordinator.lock:
-            self._branches.setdefault(group, {})[session.txid] = session
+    def _begin(self, group: str | None, trace: str | None, index: int) -> TxSession:
+        co = self.coordinator
+        with co.lock:  # one lock round: this is speculation's per-branch cost
+            session = co.begin(group=group, trace=trace, branch=index)
+            if group is not None:
+                # resolve settles each loser through its handle's own session, which so sees it
+                self._branches.setdefault(group, {})[session.txid] = session
+        return session
 
     def _untrack(self, session: TxSession) -> None:
         with self.coordinator.lock:

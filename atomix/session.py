@@ -118,25 +118,24 @@ class Coordinator:
             session = sessions.get(settlement.txid)
             if session is not None:
                 settlement.waited = session.waited
-                session.settlement = settlement
-            if self.keep_settlements:
-                self.settlements.append(settlement)
+            self._settled(session, settlement, ())
         if self._wakers:
             self._wake(woken)
-            # a loser's own thread may be parked: it wakes to find itself settled
-            self._wake([s.txid for s in settled])
 
-    def _settled(self, session: TxSession, settlement: Settlement, woken: list[int]) -> None:
+    def _settled(
+        self, session: TxSession | None, settlement: Settlement, woken: Iterable[int]
+    ) -> None:
         # The core has dropped its record (forget=True): the settlement is the record now,
         # and the core's copy (effects, closures) would only grow a long-running heap.
-        session.settlement = settlement
+        if session is not None:
+            session.settlement = settlement
         if self.keep_settlements:
             self.settlements.append(settlement)
         if self._wakers:
             self._wake(woken)
             # Also a thread still parked on this transaction itself (settled by another one,
             # e.g. a losing branch aborted by resolve): it wakes to find it settled.
-            self._wake((session.txid,))
+            self._wake((settlement.txid,))
 
     def _park(self, txid: int, signal: Signal) -> None:
         self._wakers[txid] = signal
@@ -348,7 +347,7 @@ class TxSession:
         """Stage a bufferable call or queue an irreversible one; no waiting is ever needed,
         so drivers call this directly (every deferred call's path) for tools without reads.
         An AbortPlan means the core aborted the transaction: settle it and raise."""
-        key = f"{self.key_prefix}{spec.name}:{spec.key_part(args)}"
+        key = self.key(spec.name, spec.key_part(args))
         kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
         co = self.co
         template = spec.write_template

@@ -57,11 +57,11 @@ _SHORT = 48
 
 
 def _digest(args: dict[str, Any]) -> str:
-    """A stable text for a call's arguments (bound in signature order, so the same call
-    always gives the same text). All scalars: their repr, which is stable across processes,
-    as it is when short (it starts with "(", so it never looks like a hash) and hashed when
-    long; anything else: a hash of the canonical JSON (keys sorted, so dicts built in any
-    order agree)."""
+    """A stable text for a call's arguments, bound in signature order so that the same call
+    always gives the same text. When all are scalars, their repr (stable across processes):
+    kept as it is when short (it starts with "(", so it never looks like a hash), hashed
+    when long. Anything else: a hash of the canonical JSON (keys sorted, so dicts built in
+    any order agree)."""
     values = tuple(args.values())
     for value in values:
         if value.__class__ not in _SCALARS:
