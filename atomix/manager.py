@@ -416,14 +416,22 @@ class TransactionManager:
             raise UnknownTransaction(f"transaction {winner} is not a branch of group {group!r}")
         if self._txs[winner].state is TxState.COMMITTED:
             raise IllegalTransition(winner, TxState.COMMITTED.value, "resolve")
-        self._picked[group] = winner
-        resolution = self.abort_group(group, keep=winner, forget=forget)
         win = self._txs[winner]
         if win.state is TxState.ABORTED:
+            # It cannot win. If a winner was picked before (a sibling that committed first
+            # aborted this one), that pick stands and nothing else changes; if not, every
+            # live branch loses with it.
+            resolution = (
+                Resolution(None)
+                if self.winner(group) is not None
+                else self.abort_group(group, keep=winner, forget=forget)
+            )
             resolution.decision = AbortPlan(
                 winner, win.epoch, win.abort_source or AbortSource.TOOL_FAILURE, win.abort_detail
             )
             return resolution
+        self._picked[group] = winner
+        resolution = self.abort_group(group, keep=winner, forget=forget)
         if win.state is TxState.OPEN:
             self.seal(winner)
         resolution.decision = self.try_commit(winner)
@@ -583,8 +591,13 @@ class TransactionManager:
         )
 
     def winner(self, group: str) -> int | None:
-        """The branch `resolve` picked in this live group, if it has picked one."""
-        return self._picked.get(group)
+        """The branch `resolve` picked in this live group, while that pick still stands (the
+        branch has not aborted since)."""
+        picked = self._picked.get(group)
+        if picked is None:
+            return None
+        tx = self._txs.get(picked)
+        return picked if tx is not None and tx.state is not TxState.ABORTED else None
 
     def forget(self, txid: int) -> None:
         """Drop a finished transaction's record (long-running drivers call this)."""

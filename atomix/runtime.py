@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from atomix.decisions import AbortPlan, Settlement
+from atomix.decisions import AbortPlan, Resolution, Settlement
 from atomix.effects import AbortSource, Effect
 from atomix.errors import AtomixError, IllegalTransition, TransactionAborted
 from atomix.manager import RuntimeOptions
@@ -26,6 +26,7 @@ from atomix.session import (
 )
 from atomix.settle import acarry_out_abort, acarry_out_commit, carry_out_abort, carry_out_commit
 from atomix.tools import Call, ScopeSpec, ToolSpec, define_tool
+from atomix.transaction import TxState
 
 T = TypeVar("T")
 _UNSET: Any = object()
@@ -326,12 +327,26 @@ class Runtime:
         co = self.coordinator
         with co.lock:
             done = winner.session.settlement
-            if done is None:
-                resolution = co.core.resolve(group, winner.txid, forget=True)
-            elif done.committed:
+            if done is not None and done.committed:
                 raise IllegalTransition(winner.txid, "committed", "resolve")
-            else:  # the winner failed and settled already: every live branch loses
-                resolution = co.core.abort_group(group, forget=True)
+            record = co.core.get(winner.txid) if done is None else None
+            if record is not None and record.state is not TxState.ABORTED:
+                resolution = co.core.resolve(group, winner.txid, forget=True)
+            else:
+                # The winner failed and settled already, or another resolve (a sibling that
+                # committed first) aborted it and is settling it now: it cannot win, and
+                # settling it here too would race that. Unless a winner was picked before
+                # (and stands), every live branch loses with it.
+                resolution = (
+                    Resolution(None)
+                    if co.core.winner(group) is not None
+                    else co.core.abort_group(group, forget=True)
+                )
+                lost = (
+                    (done.abort_source, done.detail)
+                    if done is not None
+                    else (record.abort_source, record.abort_detail)  # type: ignore[union-attr]
+                )
             # Each loser's settlement goes to its own handle's session, so the handle sees it.
             sessions = self._branches.pop(group, {})
             co.adopt(resolution.settled, sessions, resolution.woken)
@@ -341,8 +356,8 @@ class Runtime:
             settled[plan.txid] = winner._driver.drive(session.settle_abort(plan))
         losers = [settled[txid] for txid in sorted(settled)]  # begin order
         if resolution.decision is None:
-            assert done is not None
-            raise TransactionAborted(winner.txid, done.abort_source or "", done.detail, done)
+            source, detail = lost
+            raise TransactionAborted(winner.txid, source or "aborted", detail, done)
         steps = _resume_commit(winner.session, resolution.decision, winner._driver)
         return winner._driver.drive(steps), losers
 

@@ -566,6 +566,25 @@ def test_a_loser_settled_by_resolve_wakes_what_waited_on_it() -> None:
     assert isinstance(mgr.try_commit(later.txid), CommitPlan)
 
 
+def test_resolving_an_aborted_member_keeps_the_winner_picked_before() -> None:
+    """A rival's late resolve (its branch already aborted by the first resolve) must not
+    make the picked winner, still waiting for an earlier transaction, lose."""
+    mgr = TransactionManager()
+    other = mgr.begin()
+    mgr.stage(other.txid, put(mgr, X, "o"))
+    a, b = mgr.begin(group="g"), mgr.begin(group="g")
+    mgr.stage(a.txid, put(mgr, X, "ka"))
+    first = mgr.resolve("g", a.txid)
+    assert isinstance(first.decision, Wait) and b.finished  # b lost and is settled
+    late = mgr.resolve("g", b.txid)  # the rival's resolve arrives late
+    assert isinstance(late.decision, AbortPlan) and late.settled == late.compensate == []
+    assert mgr.winner("g") == a.txid
+    mgr.seal(other.txid)
+    assert isinstance(mgr.try_commit(other.txid), CommitPlan)
+    mgr.finish(other.txid)
+    assert isinstance(mgr.try_commit(a.txid), CommitPlan)
+
+
 def test_resolve_rejects_a_non_member() -> None:
     mgr = TransactionManager()
     a = mgr.begin(group="g")

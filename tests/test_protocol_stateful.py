@@ -223,6 +223,13 @@ class ProtocolMachine(RuleBasedStateMachine):
         # liveness: with every earlier overlapping transaction settled, no Wait
         assert not expected, f"tx {tx.txid} got {type(decision).__name__} despite {expected}"
         if isinstance(decision, AbortPlan):
+            if decision.source is AbortSource.LOSING_SPECULATION:
+                # only a branch that is not its live group's pick, or of a group that
+                # already has a committed branch, loses at commit
+                group = self.groups.get(tx.group or "", [])
+                assert self.picked.get(tx.group or "") != tx.txid or any(
+                    self.txs[m].state == "committed" for m in group
+                ), f"the picked winner {tx.txid} lost"
             self.aborted(tx, decision)
             return
         assert isinstance(decision, CommitPlan) and decision.epoch == tx.epoch
@@ -567,13 +574,18 @@ class ProtocolMachine(RuleBasedStateMachine):
                 raise AssertionError("resolve re-committed a committed winner")
             assert states == {m: self.state_of(self.txs[m]) for m in states}
             return
+        picked = self.picked.get(group)
+        standing = picked is not None and self.txs[picked].state != "aborted"
         losers = [
             self.txs[m] for m in members
             if m != winner.txid and self.txs[m].state not in ("committed", "aborted")
+            # an aborted member cannot win, and it leaves a standing pick alone
+            and not (winner.state == "aborted" and standing)
         ]
         res = self.mgr.resolve(group, winner.txid)
         decision = res.decision
-        self.picked[group] = winner.txid
+        if winner.state != "aborted":  # an aborted member cannot win, nor displace a pick
+            self.picked[group] = winner.txid
         # losers that externalised something go to the driver; the rest settle on the spot
         assert [p.txid for p in res.compensate] == [m.txid for m in losers if m.eager]
         assert [x.txid for x in res.settled] == [m.txid for m in losers if not m.eager]

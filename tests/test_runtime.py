@@ -35,6 +35,7 @@ class World:
         self.seats: set[int] = set()
         self.log: list[str] = []
         self.fail_cancel: set[int] = set()
+        self.cancel_hooks: list[Callable[[], None]] = []
         rt = self.rt
 
         @rt.tool(effect="bufferable", writes="mem:{k}")
@@ -52,6 +53,8 @@ class World:
             self.outbox.append((to, text))
 
         def cancel(call: Call) -> None:
+            for hook in self.cancel_hooks:
+                hook()
             seat = call.args["seat"]
             if seat in self.fail_cancel:
                 raise RuntimeError(f"cannot cancel seat {seat}")
@@ -594,6 +597,69 @@ def test_branches_that_all_fail_leave_nothing_tracked(w: World) -> None:
     winner, losers = w.rt.resolve("gone", _speculate(w, "gone", 1)[0])
     assert winner.committed and len(losers) == 2  # 2 sealed live ones; the failures settled
     assert w.rt._branches == {} and w.rt.core.active() == []
+
+
+@pytest.mark.parametrize("round_", range(5))
+def test_branches_committing_at_once_in_threads_leave_exactly_one_winner(round_: int) -> None:
+    w = World()
+    k = 6
+    branches = [w.rt.branch(f"race{round_}", i) for i in range(k)]
+    start = threading.Barrier(k)
+    outcome: dict[int, str] = {}
+
+    def run(i: int) -> None:
+        with branches[i]:
+            w.book(10 * round_ + i)  # reversible: runs now, compensated if the branch loses
+            w.put("answer", i)
+        start.wait(JOIN)
+        try:
+            outcome[i] = "committed" if branches[i].commit().committed else "?"
+        except TransactionAborted as exc:
+            outcome[i] = exc.source
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(k)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN)
+    assert not any(t.is_alive() for t in threads)
+    winners = [i for i, o in outcome.items() if o == "committed"]
+    assert len(outcome) == k and len(winners) == 1, outcome
+    assert all(o == "losing_speculation" for i, o in outcome.items() if i not in winners)
+    (win,) = winners
+    assert w.store == {"answer": win} and w.seats == {10 * round_ + win}
+    assert all(b.settlement is not None for b in branches)
+    assert w.rt.core.active() == [] and w.rt._branches == {}
+
+
+def test_a_rival_resolving_while_the_winner_compensates_it_loses_cleanly(w: World) -> None:
+    """Two first-to-succeed commits race: a resolves and, outside the lock, is running b's
+    compensation when b's own resolve arrives. b must lose without settling itself a second
+    time, and must not displace a as the winner."""
+    a, b = w.rt.branch("g", 0), w.rt.branch("g", 1)
+    with b:
+        w.book(7)
+    with a:
+        w.put("answer", "a")
+    rival: dict[str, Any] = {}
+
+    def rival_resolves() -> None:
+        try:
+            w.rt.resolve("g", b)
+        except TransactionAborted as exc:
+            rival["exc"] = exc
+
+    def cancel_hook() -> None:  # runs inside a's resolve, while b is aborted but unsettled
+        t = threading.Thread(target=rival_resolves)
+        t.start()
+        t.join(JOIN)
+
+    w.cancel_hooks.append(cancel_hook)
+    winner, losers = w.rt.resolve("g", a)
+    assert winner.committed and w.store == {"answer": "a"} and w.seats == set()
+    assert rival["exc"].source == "losing_speculation" and rival["exc"].txid == b.txid
+    assert [s.txid for s in losers] == [b.txid] and b.settlement is losers[0]
+    assert w.rt.core.active() == [] and w.rt._branches == {}
 
 
 def test_many_branches_and_a_non_group_transaction(w: World) -> None:
