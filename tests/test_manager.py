@@ -909,8 +909,10 @@ def test_no_scope_on_read_registers_nothing() -> None:
 # --------------------------------------------------------------------------- branches and compensations
 
 
-def _sibling_race(mgr: TransactionManager, world: dict[str, object]) -> tuple[AbortPlan, Wait]:
-    """Branch a runs a reversible effect on x; branch b buffers a write to x and wins."""
+def _siblings_on_x(
+    mgr: TransactionManager, world: dict[str, object]
+) -> tuple[Transaction, Transaction]:
+    """Branch a runs a reversible effect on x; branch b buffers a write to x."""
     x = mgr.scope("kv:x")
     a, b = mgr.begin(group="g"), mgr.begin(group="g")
     assert isinstance(mgr.externalize(a.txid, [x]), Proceed)
@@ -922,17 +924,20 @@ def _sibling_race(mgr: TransactionManager, world: dict[str, object]) -> tuple[Ab
     mgr.stage(
         b.txid, Effect("put", EffectClass.BUFFERABLE, (x,), "wb", apply=lambda: world.update(x="b"))
     )
+    return a, b
+
+
+def _b_wins(mgr: TransactionManager, a: Transaction, b: Transaction) -> tuple[AbortPlan, Wait]:
     res = mgr.resolve("g", b.txid)
     assert isinstance(res.decision, Wait) and res.settled == []
+    assert [p.txid for p in res.compensate] == [a.txid]
     return res.compensate[0], res.decision
 
 
-def test_the_winner_waits_for_a_losing_siblings_pending_compensation() -> None:
-    # Were the winner's CommitPlan issued now, a driver that applied it before running the
-    # loser's compensation would see the committed write rolled back to the before-image.
-    mgr, world = TransactionManager(), {"x": None}
-    loser, wait = _sibling_race(mgr, world)
-    assert [b.txid for b in wait.blockers] == [loser.txid]
+def _compensate_then_commit(
+    mgr: TransactionManager, loser: AbortPlan, wait: Wait, world: dict[str, object]
+) -> None:
+    """The driver carries out the loser's plan; only then does the winner's commit go on."""
     for effect in loser.compensate:
         effect.compensate()
     _, woken = mgr.finish(loser.txid)
@@ -943,6 +948,15 @@ def test_the_winner_waits_for_a_losing_siblings_pending_compensation() -> None:
         effect.apply()
     mgr.finish(wait.txid)
     assert world == {"x": "b"}
+
+
+def test_the_winner_waits_for_a_losing_siblings_pending_compensation() -> None:
+    # Were the winner's CommitPlan issued now, a driver that applied it before running the
+    # loser's compensation would see the committed write rolled back to the before-image.
+    mgr, world = TransactionManager(), {"x": None}
+    loser, wait = _b_wins(mgr, *_siblings_on_x(mgr, world))
+    assert [b.txid for b in wait.blockers] == [loser.txid]
+    _compensate_then_commit(mgr, loser, wait, world)
 
 
 def test_a_sibling_without_reversible_effects_does_not_hold_the_winner_back() -> None:
@@ -956,30 +970,10 @@ def test_a_sibling_without_reversible_effects_does_not_hold_the_winner_back() ->
 
 def test_a_branch_commits_only_through_resolve_while_a_sibling_is_live() -> None:
     mgr, world = TransactionManager(), {"x": None}
-    x = mgr.scope("kv:x")
-    a, b = mgr.begin(group="g"), mgr.begin(group="g")
-    assert isinstance(mgr.externalize(a.txid, [x]), Proceed)
-    world["x"] = "a"
-    mgr.stage(
-        a.txid,
-        Effect("book", EffectClass.REVERSIBLE, (x,), "ra", compensate=lambda: world.update(x=None)),
-    )
-    mgr.stage(
-        b.txid, Effect("put", EffectClass.BUFFERABLE, (x,), "wb", apply=lambda: world.update(x="b"))
-    )
+    a, b = _siblings_on_x(mgr, world)
     mgr.seal(b.txid)
     with pytest.raises(IllegalTransition, match="resolve"):
         mgr.try_commit(b.txid)  # a is live: committing b alone could be rolled back by a
     assert b.state is TxState.SEALED and a.state is TxState.OPEN
-    res = mgr.resolve("g", b.txid)  # the way a branch commits: a aborts first
-    assert [p.txid for p in res.compensate] == [a.txid] and isinstance(res.decision, Wait)
-    for effect in res.compensate[0].compensate:
-        effect.compensate()
-    _, woken = mgr.finish(a.txid)
-    assert woken == [b.txid]
-    plan = mgr.try_commit(b.txid)
-    assert isinstance(plan, CommitPlan)
-    for effect in plan.apply:
-        effect.apply()
-    mgr.finish(b.txid)
-    assert world == {"x": "b"}
+    loser, wait = _b_wins(mgr, a, b)  # the way a branch commits: a aborts first
+    _compensate_then_commit(mgr, loser, wait, world)
