@@ -73,12 +73,8 @@ class CheckpointReplaySession(ModeSession):
         return None
 
 
-def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> CheckpointReplayTrial:
-    return CheckpointReplayTrial(env, clock, settings)
-
-
 register(
     "checkpoint-replay",
     "checkpoint agent memory; on failure restore it and replay; effects are not retracted",
-    _factory,
+    CheckpointReplayTrial,
 )

@@ -312,12 +312,8 @@ class MutexWalTrial(TrialMode):
         return MutexWalSession(self, ctx)
 
 
-def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> MutexWalTrial:
-    return MutexWalTrial(env, clock, settings)
-
-
 register(
     "mutex-wal",
     "workflow mutex + write-ahead log of before-images; rollback on abort; gated irreversibles",
-    _factory,
+    MutexWalTrial,
 )

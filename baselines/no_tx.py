@@ -13,9 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from atomix.effects import AbortSource
-from harness.clock import VirtualClock
-from harness.modes import AgentContext, ModeSession, ModeSettings, TrialMode, register
-from harness.substrates import TrialEnv
+from harness.modes import AgentContext, ModeSession, TrialMode, register
 from harness.tooling import ToolCall
 
 
@@ -37,8 +35,4 @@ class NoTxTrial(TrialMode):
         return DirectSession(self, ctx)
 
 
-def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> NoTxTrial:
-    return NoTxTrial(env, clock, settings)
-
-
-register("no-tx", "direct tool calls; the agent retries a failed step", _factory)
+register("no-tx", "direct tool calls; the agent retries a failed step", NoTxTrial)

@@ -174,13 +174,9 @@ class OccTrial(TrialMode):
         return OccSession(self, ctx)
 
 
-def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> OccTrial:
-    return OccTrial(env, clock, settings)
-
-
 register(
     "occ",
     "execute eagerly, record read versions, re-validate at commit, roll back and retry on a "
     "stale read; effects are not gated",
-    _factory,
+    OccTrial,
 )

@@ -59,10 +59,6 @@ class PerCallLockTrial(TrialMode):
         return PerCallLockSession(self, ctx)
 
 
-def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> PerCallLockTrial:
-    return PerCallLockTrial(env, clock, settings)
-
-
 register(
-    "per-call-lock", "lock only the scopes of each single tool call, around that call", _factory
+    "per-call-lock", "lock only the scopes of each single tool call, around that call", PerCallLockTrial
 )

@@ -18,9 +18,8 @@ from typing import Any
 
 from atomix.effects import AbortSource
 from harness import faults
-from harness.clock import Sleep, VirtualClock
-from harness.modes import AgentContext, ModeSession, ModeSettings, TrialMode, register
-from harness.substrates import TrialEnv
+from harness.clock import Sleep
+from harness.modes import AgentContext, ModeSession, TrialMode, register
 from harness.tooling import ToolCall
 
 
@@ -60,8 +59,4 @@ class RetryOnlyTrial(TrialMode):
         return RetrySession(self, ctx)
 
 
-def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> RetryOnlyTrial:
-    return RetryOnlyTrial(env, clock, settings)
-
-
-register("retry-only", "direct tool calls with bounded retries and exponential backoff", _factory)
+register("retry-only", "direct tool calls with bounded retries and exponential backoff", RetryOnlyTrial)

@@ -23,9 +23,7 @@ from typing import Any
 
 from atomix.effects import AbortSource, EffectClass
 from harness import faults
-from harness.clock import VirtualClock
-from harness.modes import AgentContext, ModeSession, ModeSettings, TrialMode, register
-from harness.substrates import TrialEnv
+from harness.modes import AgentContext, ModeSession, TrialMode, register
 from harness.tooling import Delivery, ToolCall
 
 
@@ -101,12 +99,8 @@ class SagaTrial(TrialMode):
         return SagaSession(self, ctx)
 
 
-def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> SagaTrial:
-    return SagaTrial(env, clock, settings)
-
-
 register(
     "saga",
     "execute eagerly; on abort run compensation handlers in reverse; no gating, no isolation",
-    _factory,
+    SagaTrial,
 )

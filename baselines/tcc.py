@@ -23,9 +23,8 @@ from typing import Any
 from atomix.effects import AbortSource
 from atomix.tools import Ack
 from harness import faults
-from harness.clock import Sleep, VirtualClock
-from harness.modes import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
-from harness.substrates import TrialEnv
+from harness.clock import Sleep
+from harness.modes import Aborted, AgentContext, ModeSession, TrialMode, register
 from harness.tooling import Delivery, ToolCall, ToolError
 
 
@@ -117,12 +116,8 @@ class TccTrial(TrialMode):
         return TccSession(self, ctx)
 
 
-def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> TccTrial:
-    return TccTrial(env, clock, settings)
-
-
 register(
     "tcc",
     "try (reserve) / confirm / cancel per call; confirm at commit; no per-resource ordering",
-    _factory,
+    TccTrial,
 )

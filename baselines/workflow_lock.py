@@ -75,12 +75,8 @@ class WorkflowLockTrial(TrialMode):
         return WorkflowLockSession(self, ctx)
 
 
-def _factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> WorkflowLockTrial:
-    return WorkflowLockTrial(env, clock, settings)
-
-
 register(
     "workflow-lock",
     "lock every resource the workflow may touch (its declared footprint) for its whole duration",
-    _factory,
+    WorkflowLockTrial,
 )
