@@ -22,7 +22,7 @@ class _Node:
         "children",
         "holders",
         "eager",
-        "sub_count",
+        "occupied",
         "w_seq",
         "sub_w_seq",
         "w_epoch",
@@ -35,7 +35,10 @@ class _Node:
         self.children: dict[str, _Node] = {}
         self.holders: dict[int, Transaction] = {}
         self.eager: dict[int, Transaction] = {}
-        self.sub_count = 0  # registrations in this subtree, to prune empty subtrees quickly
+        # Nodes of this subtree (itself included) that hold at least one registration: empty
+        # subtrees are pruned from walks, and the count changes only when a node's holders go
+        # from none to some or back, not on every registration of a busy scope.
+        self.occupied = 0
         # Commit stamps. w_seq: log position at which a committed write became visible.
         # w_epoch: latest epoch that committed a write. rw_epoch: latest epoch that committed
         # any access. Each has a subtree maximum so descendant checks are O(depth).
@@ -59,17 +62,23 @@ class ScopeIndex:
     def __init__(self) -> None:
         self._root = _Node()
         self.eager_count = 0  # eager registrations anywhere in the index
+        # The largest epoch stamped anywhere: no scope's frontier exceeds it, so an access of
+        # a later epoch is known not to be late without a look at the trie.
+        self.max_epoch = 0
         # Nodes are never removed, so a scope's root-to-node path, once found, stays valid:
-        # every hot operation is one dict lookup instead of a walk down the trie.
-        self._paths: dict[Scope, tuple[_Node, ...]] = {}
+        # every hot operation is one dict lookup instead of a walk down the trie. Keyed by the
+        # scope's (kind, *parts) tuple, its identity: a tuple hashes in C, a Scope in Python.
+        self._paths: dict[tuple[str, ...], tuple[_Node, ...]] = {}
 
+    # A path runs from the kind's node down to the scope's, without the trie's root: no scope
+    # names the root, so nothing ever reads its registrations or its subtree stamps.
     def _path(self, scope: Scope, create: bool) -> tuple[_Node, ...] | None:
-        path = self._paths.get(scope)
+        path = self._paths.get(scope._key)
         if path is not None:
             return path
         node = self._root
-        nodes = [node]
-        for part in scope.key:
+        nodes = []
+        for part in scope._key:
             child = node.children.get(part)
             if child is None:
                 if not create:
@@ -78,48 +87,56 @@ class ScopeIndex:
                 node.children[part] = child
             node = child
             nodes.append(child)
-        path = self._paths[scope] = tuple(nodes)
+        path = self._paths[scope._key] = tuple(nodes)
         return path
 
     def _nearest(self, scope: Scope) -> tuple[tuple[_Node, ...], bool]:
         """The existing path towards `scope`; the flag says whether the scope's node exists."""
-        path = self._paths.get(scope)
+        path = self._paths.get(scope._key)
         if path is not None:
             return path, True
         node = self._root
-        nodes = [node]
-        for part in scope.key:
+        nodes = []
+        for part in scope._key:
             child = node.children.get(part)
             if child is None:
                 return tuple(nodes), False
             node = child
             nodes.append(child)
-        path = self._paths[scope] = tuple(nodes)
+        path = self._paths[scope._key] = tuple(nodes)
         return path, True
 
     # -- registration ----------------------------------------------------------------------
     def register(self, scope: Scope, tx: Transaction, *, eager: bool = False) -> None:
-        path = self._paths.get(scope) or self._path(scope, create=True)
+        """Register `tx` on `scope` (idempotent); an eager registration also counts as an
+        externalised effect there."""
+        path = self._paths.get(scope._key) or self._path(scope, create=True)
         assert path is not None
         node = path[-1]
-        if tx.txid not in node.holders:
-            node.holders[tx.txid] = tx
-            for n in path:
-                n.sub_count += 1
-        if eager and tx.txid not in node.eager:
-            node.eager[tx.txid] = tx
+        holders = node.holders
+        txid = tx.txid
+        if txid not in holders:
+            if not holders:
+                for n in path:
+                    n.occupied += 1
+            holders[txid] = tx
+        if eager and txid not in node.eager:
+            node.eager[txid] = tx
             self.eager_count += 1
 
     def unregister(self, scope: Scope, tx: Transaction) -> None:
-        path = self._paths.get(scope) or self._path(scope, create=False)
+        """Remove `tx`'s registrations on `scope` (none there: nothing changes)."""
+        path = self._paths.get(scope._key) or self._path(scope, create=False)
         if path is None:
             return
         node = path[-1]
-        if node.eager.pop(tx.txid, None) is not None:
+        txid = tx.txid
+        if node.eager and node.eager.pop(txid, None) is not None:
             self.eager_count -= 1
-        if node.holders.pop(tx.txid, None) is not None:
+        holders = node.holders
+        if holders.pop(txid, None) is not None and not holders:
             for n in path:
-                n.sub_count -= 1
+                n.occupied -= 1
 
     # -- queries -----------------------------------------------------------------------------
     def overlapping_holders(self, scope: Scope) -> Iterator[Transaction]:
@@ -137,23 +154,27 @@ class ScopeIndex:
     ) -> list[Transaction]:
         """Unfinished holders overlapping `scope` with an epoch below `epoch`, leaving out
         branches of `group` (may repeat a tx). Tight loops: a commit's hot path."""
-        path = self._paths.get(scope)
+        path = self._paths.get(scope._key)
         if path is None:
             path, exact = self._nearest(scope)
+            if not path:  # not even its kind is known
+                return []
         else:
             exact = True
         last = path[-1]
-        nodes = [n for n in path if n.holders] if not exact else [
-            n for n in path if n.holders and n is not last
-        ]
-        if exact and last.sub_count:
-            if last.sub_count == len(last.holders):  # nothing registered below it
+        # Ancestors with holders; the scope's own node and what is below it come after.
+        nodes = []
+        for n in path:
+            if n.holders and (n is not last or not exact):
+                nodes.append(n)
+        if exact and last.occupied:
+            if last.occupied == 1 and last.holders:  # nothing registered below it
                 nodes.append(last)
             else:
                 stack = [last]
                 while stack:
                     n = stack.pop()
-                    if n.sub_count:
+                    if n.occupied:
                         if n.holders:
                             nodes.append(n)
                         stack.extend(n.children.values())
@@ -172,7 +193,7 @@ class ScopeIndex:
         stack = [node]
         while stack:
             n = stack.pop()
-            if n.sub_count == 0:
+            if not n.occupied:
                 continue
             if n.holders:
                 yield from n.holders.values()
@@ -189,7 +210,7 @@ class ScopeIndex:
                 stack = [node]
                 while stack:
                     n = stack.pop()
-                    if n.sub_count == 0:
+                    if not n.occupied:  # an eager registration is a registration too
                         continue
                     if n.eager:
                         yield from n.eager.values()
@@ -221,7 +242,7 @@ class ScopeIndex:
 
         A transaction of a smaller epoch that touches `scope` now is late and aborts as stale.
         """
-        path = self._paths.get(scope)
+        path = self._paths.get(scope._key)
         if path is None:  # not a known node: walk (rare; the cache fills on registration)
             return self._max_overlapping(scope, "rw_epoch", "sub_rw_epoch")
         best = path[-1].sub_rw_epoch  # the hot case, spelled out: every stage asks this
@@ -232,21 +253,38 @@ class ScopeIndex:
 
     # -- commit stamps -------------------------------------------------------------------------
     def stamp(self, scope: Scope, epoch: int, *, write: bool, visible_seq: int = 0) -> None:
-        path = self._paths.get(scope) or self._path(scope, create=True)
+        """Record a commit of `epoch` on `scope`: a write (visible from log position
+        `visible_seq`) or a read."""
+        path = self._paths.get(scope._key) or self._path(scope, create=True)
         assert path is not None
+        if epoch > self.max_epoch:
+            self.max_epoch = epoch
         node = path[-1]
         if epoch > node.rw_epoch:
             node.rw_epoch = epoch
-        if write:
-            if epoch > node.w_epoch:
-                node.w_epoch = epoch
-            if visible_seq > node.w_seq:
-                node.w_seq = visible_seq
         for n in path:
             if epoch > n.sub_rw_epoch:
                 n.sub_rw_epoch = epoch
-            if write:
+        if write:
+            if epoch > node.w_epoch:
+                node.w_epoch = epoch
+            for n in path:
                 if epoch > n.sub_w_epoch:
                     n.sub_w_epoch = epoch
-                if visible_seq > n.sub_w_seq:
-                    n.sub_w_seq = visible_seq
+            _raise_visible(path, visible_seq)
+
+    def stamp_visible(self, scope: Scope, visible_seq: int) -> None:
+        """A committed write on `scope` became visible (again) at log position `visible_seq`;
+        its epoch was stamped already."""
+        path = self._paths.get(scope._key) or self._path(scope, create=True)
+        assert path is not None
+        _raise_visible(path, visible_seq)
+
+
+def _raise_visible(path: tuple[_Node, ...], visible_seq: int) -> None:
+    node = path[-1]
+    if visible_seq > node.w_seq:
+        node.w_seq = visible_seq
+    for n in path:
+        if visible_seq > n.sub_w_seq:
+            n.sub_w_seq = visible_seq
