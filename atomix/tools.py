@@ -26,7 +26,6 @@ ScopeSpec = str | Scope | Callable[..., Any]
 
 #: The parameter through which a tool function receives its effect's idempotency key.
 KEY_PARAM = "idempotency_key"
-_MISSING: Any = object()
 _BY_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
@@ -56,6 +55,11 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 _SHORT = 48
 
 
+# repr() of a tuple of n scalars, as a %-format: the same text without the tuple repr's
+# recursion guard, which costs more than formatting the two or three values of a usual call.
+_TUPLE_TEXT = ["()", "(%r,)", *("(" + ", ".join(["%r"] * n) + ")" for n in range(2, 9))]
+
+
 def _digest(args: dict[str, Any]) -> str:
     """A stable text for a call's arguments, bound in signature order so that the same call
     always gives the same text. When all are scalars, their repr (stable across processes):
@@ -68,7 +72,7 @@ def _digest(args: dict[str, Any]) -> str:
             blob = _encode_args(args).encode()
             break
     else:
-        text = repr(values)
+        text = _TUPLE_TEXT[len(values)] % values if len(values) < 9 else repr(values)
         if len(text) <= _SHORT:
             return text
         blob = text.encode()
@@ -141,51 +145,42 @@ class ToolSpec:
     signature: inspect.Signature
     is_async: bool
     wants_key: bool = False  # the function takes `idempotency_key` (not part of `signature`)
-    # Parameter names and defaults when every parameter is positional-or-keyword: `bind` then
-    # needs no `inspect` machinery (it falls back to it for anything irregular, and errors).
-    names: tuple[str, ...] | None = None
-    defaults: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # Precomputed for the per-call path: whether a call never waits (staged or gated,
-        # with no reads), and the one scope template most tools write through.
+        # with no reads), the one scope template most tools write through, how the key's
+        # tool-specific part is made, and what a deferred call's Ack says.
         deferred = not self.reads and (
             self.effect is EffectClass.BUFFERABLE or self.effect is EffectClass.IRREVERSIBLE
         )
         object.__setattr__(self, "deferred_only", deferred)
         only = self.writes[0].spec if len(self.writes) == 1 else None
         object.__setattr__(self, "write_template", only if only.__class__ is str else None)
+        key = self.key
+        if isinstance(key, str):
+            key_of: Callable[[dict[str, Any]], str] = key.format_map
+        elif key is not None:
+            key_of = lambda args: str(key(**args))  # noqa: E731
+        else:
+            key_of = _digest
+        object.__setattr__(self, "key_of", key_of)
+        object.__setattr__(self, "key_head", self.name + ":")
+        status = "staged" if self.effect is EffectClass.BUFFERABLE else "queued"
+        object.__setattr__(self, "ack_status", status)
+        object.__setattr__(self, "binder", with_signature(self.name, self.signature, None))
 
     deferred_only: bool = field(init=False, repr=False, compare=False)
     write_template: str | None = field(init=False, repr=False, compare=False)
+    key_of: Callable[[dict[str, Any]], str] = field(init=False, repr=False, compare=False)
+    key_head: str = field(init=False, repr=False, compare=False)  # "name:", before the part
+    ack_status: str = field(init=False, repr=False, compare=False)
+    # A function of the tool's own signature returning its arguments by name: Python binds.
+    binder: Callable[..., dict[str, Any]] = field(init=False, repr=False, compare=False)
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The call's arguments by name, defaults applied, in signature order."""
-        names, defaults = self.names, self.defaults
-        if names is None or defaults is None or len(args) > len(names):
-            return self._slow_bind(args, kwargs)
-        if not kwargs and len(args) == len(names):
-            return dict(zip(names, args))  # noqa: B905 - equal lengths; strict= costs a slow call
-        out = dict(zip(names, args, strict=False))
-        for name, value in kwargs.items():
-            if name in out or name not in defaults:
-                return self._slow_bind(args, kwargs)  # raises the right TypeError
-            out[name] = value
-        if len(out) < len(names):
-            for name in names[len(args) :]:
-                if name not in out:
-                    value = defaults[name]
-                    if value is _MISSING:
-                        return self._slow_bind(args, kwargs)
-                    out[name] = value
-        if kwargs:
-            out = {name: out[name] for name in names}
-        return out
-
-    def _slow_bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return dict(bound.arguments)
+        """The call's arguments by name, defaults applied, in signature order; a call that
+        does not fit the signature raises TypeError, as calling the function would."""
+        return self.binder(*args, **kwargs)
 
     def read_scopes(self, args: dict[str, Any]) -> list[str | Scope]:
         return [s for fn in self.reads for s in fn(args)]
@@ -194,11 +189,9 @@ class ToolSpec:
         return [s for fn in self.writes for s in fn(args)]
 
     def key_part(self, args: dict[str, Any]) -> str:
-        if isinstance(self.key, str):
-            return self.key.format_map(args)
-        if self.key is not None:
-            return str(self.key(**args))
-        return _digest(args)
+        """The tool-specific part of a call's idempotency key: the key template or function
+        applied to the arguments, or else a digest of them."""
+        return self.key_of(args)
 
 
 def define_tool(
@@ -230,6 +223,11 @@ def define_tool(
     if odd:
         raise ToolDefinitionError(
             tool, "signature", f"parameters {odd} cannot be passed by keyword; name each one"
+        )
+    reserved = [p for p in signature.parameters if p.startswith("_atomix_")]
+    if reserved:
+        raise ToolDefinitionError(
+            tool, "signature", f"parameters {reserved}: names starting with '_atomix_' are reserved"
         )
     signature, wants_key = _split_key_param(tool, signature, effect)
     params = set(signature.parameters)
@@ -267,7 +265,6 @@ def define_tool(
         signature=signature,
         is_async=inspect.iscoroutinefunction(fn),
         wants_key=wants_key,
-        **_fast_binding(signature),
     )
 
 
@@ -284,12 +281,47 @@ def _split_key_param(
     return signature.replace(parameters=rest), True
 
 
-def _fast_binding(signature: inspect.Signature) -> dict[str, Any]:
+def with_signature(
+    name: str,
+    signature: inspect.Signature,
+    target: Callable[[dict[str, Any]], Any] | None,
+    *,
+    is_async: bool = False,
+) -> Callable[..., Any]:
+    """A function of exactly `signature` that calls `target` with its arguments by name, in
+    signature order, defaults applied (or, with no target, returns them).
+
+    Python binds each call itself, in C: a shim needs no binding of its own per call, and a
+    call that does not fit raises the TypeError the tool function would. Only parameters
+    that can be passed by keyword are allowed (define_tool checks this). The source is made
+    from the parameter names alone, which are identifiers; defaults are bound by reference.
+    """
     params = list(signature.parameters.values())
-    if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
-        return {}
-    defaults = {p.name: _MISSING if p.default is p.empty else p.default for p in params}
-    return {"names": tuple(defaults), "defaults": defaults}
+    namespace: dict[str, Any] = {"_atomix_target": target}
+    rendered: list[str] = []
+    for i, param in enumerate(params):
+        if param.kind not in _BY_KEYWORD or not param.name.isidentifier():
+            raise ValueError(f"{name}: parameter {param.name!r} cannot be passed by keyword")
+        if param.kind is param.KEYWORD_ONLY and "*" not in rendered:
+            rendered.append("*")
+        if param.default is param.empty:
+            rendered.append(param.name)
+        else:
+            namespace[f"_atomix_default_{i}"] = param.default
+            rendered.append(f"{param.name}=_atomix_default_{i}")
+    if any(p.name.startswith("_atomix_") for p in params):
+        raise ValueError(f"{name}: parameter names starting with '_atomix_' are reserved")
+    arguments = "{" + ", ".join(f"{p.name!r}: {p.name}" for p in params) + "}"
+    if target is None:
+        body = arguments
+    else:
+        body = f"{'await ' if is_async else ''}_atomix_target({arguments})"
+    source = f"{'async def' if is_async else 'def'} _shim({', '.join(rendered)}):\n    return {body}\n"
+    exec(compile(source, f"<atomix tool {name}>", "exec"), namespace)  # noqa: S102
+    made = namespace["_shim"]
+    made.__code__ = made.__code__.replace(co_name=name, co_qualname=name)
+    made.__name__ = made.__qualname__ = name
+    return made
 
 
 def _check_scope_spec(
