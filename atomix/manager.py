@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from atomix.decisions import (
     PROCEED,
@@ -21,14 +21,43 @@ from atomix.decisions import (
     Settlement,
     Wait,
 )
-from atomix.effects import AbortSource, Effect, EffectClass
+from atomix.effects import BUFFERABLE, IRREVERSIBLE, REVERSIBLE, AbortSource, Effect
 from atomix.epochs import EpochAllocator
 from atomix.errors import IllegalTransition, UnknownTransaction
 from atomix.frontier import ScopeIndex
 from atomix.scopes import CANONICAL, Scope, ScopePolicy
-from atomix.transaction import TERMINAL, Transaction, TxEvent, TxState, next_state
+from atomix.transaction import (
+    ABORT_EVENT,
+    ABORTED,
+    AFTER_ABORT,
+    AFTER_COMMIT,
+    AFTER_SEAL,
+    COMMITTED,
+    OPEN,
+    SEAL_EVENT,
+    SEALED,
+    TERMINAL,
+    WAIT_EVENT,
+    WAITING,
+    Transaction,
+    TxEvent,
+    next_state,
+)
 
 GLOBAL_SCOPE = Scope("global", ("*",))
+TxRecord = TypeVar("TxRecord", bound=Transaction)
+_LOSING = AbortSource.LOSING_SPECULATION
+_STALE = AbortSource.STALE_READ
+
+
+@dataclass(slots=True, eq=False)
+class _Group:
+    """One speculation group while any of its branches is unfinished."""
+
+    members: dict[int, Transaction] = field(default_factory=dict)  # not forgotten, in begin order
+    unfinished: int = 0
+    won: bool = False  # one of its branches committed
+    picked: int | None = None  # the branch resolve picked as its winner
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,15 +89,14 @@ class TransactionManager:
         self._order = ScopeIndex()  # who is registered where: decides waiting
         self._real = ScopeIndex()  # real scopes: commit stamps and externalised effects
         self._txs: dict[int, Transaction] = {}
-        self._groups: dict[str, dict[int, None]] = {}  # group -> its branches, in begin order
-        self._won: set[str] = set()  # groups one of whose branches committed
-        self._picked: dict[str, int] = {}  # group -> the branch resolve picked as its winner
-        self._unfinished: dict[str, int] = {}  # per group, branches not yet finished
+        self._groups: dict[str, _Group] = {}
         self._waiters: dict[int, set[int]] = {}
         self._next_txid = 1
         self._seq = 0
         self._global = self.options.frontier == "global"
         self._canonical = self.options.scopes.canonical
+        self._stale = self.options.abort_on_stale
+        self._wait_for_frontiers = self.options.wait_for_frontiers
 
     # -- lookup ----------------------------------------------------------------------------
     def get(self, txid: int) -> Transaction:
@@ -97,33 +125,37 @@ class TransactionManager:
 
     # -- begin -------------------------------------------------------------------------------
     def begin(
-        self, *, group: str | None = None, trace: str | None = None, branch: int = 0
-    ) -> Transaction:
+        self,
+        *,
+        group: str | None = None,
+        trace: str | None = None,
+        branch: int = 0,
+        record: type[TxRecord] = Transaction,  # type: ignore[assignment]
+    ) -> TxRecord:
+        """A new transaction, open, with a fresh epoch. `record` is the class of its record: a
+        driver passes its handle class (a Transaction subclass, made with the same arguments)
+        so that one object serves as both."""
         txid = self._next_txid
-        self._next_txid += 1
-        tx = Transaction(
+        self._next_txid = txid + 1
+        tx = record(
             txid, self._epochs.allocate(), f"t{txid}" if trace is None else trace, group, branch
         )
         self._txs[txid] = tx
         if group is not None:
-            self._groups.setdefault(group, {})[txid] = None
-            self._unfinished[group] = self._unfinished.get(group, 0) + 1
+            record = self._groups.get(group)
+            if record is None:
+                record = self._groups[group] = _Group()
+            record.members[txid] = tx
+            record.unfinished += 1
         if self._global:
             # One global frontier behaves like one ordered lock: register at begin, so that
             # every later transaction waits for this one whatever it touches.
-            self._register(tx, GLOBAL_SCOPE)
+            self._order.register(GLOBAL_SCOPE, tx)
         return tx
-
-    def _register(self, tx: Transaction, order_scope: Scope) -> None:
-        registered = tx.registered
-        known = len(registered)
-        registered.add(order_scope)
-        if len(registered) != known:
-            self._order.register(order_scope, tx)
 
     # -- accesses while open -------------------------------------------------------------------
     def _check_open(self, tx: Transaction, what: str) -> AbortPlan | None:
-        if tx.state is TxState.OPEN:
+        if tx.state is OPEN:
             return None
         if tx.state in TERMINAL:
             raise IllegalTransition(tx.txid, tx.state.value, what)
@@ -144,20 +176,20 @@ class TransactionManager:
             if (tx.group is not None and other.group == tx.group) or other.epoch > tx.epoch:
                 return blockers, self.abort(
                     tx.txid,
-                    AbortSource.STALE_READ,
+                    _STALE,
                     f"{scope} holds an unsettled effect of epoch {other.epoch}",
                 )
             blockers.append(Blocker(other.txid, other.epoch, str(scope)))
         return blockers, None
 
     def _late(self, tx: Transaction, scope: Scope, *, write: bool) -> AbortPlan | None:
-        if not self.options.abort_on_stale:
-            return None
+        if not self.options.abort_on_stale or self._real.max_epoch <= tx.epoch:
+            return None  # (nothing of a later epoch has committed anywhere)
         committed = self._real.frontier(scope) if write else self._real.last_write_epoch(scope)
         if committed > tx.epoch:
             return self.abort(
                 tx.txid,
-                AbortSource.STALE_READ,
+                _STALE,
                 f"late access to {scope}: epoch {committed} already committed there",
             )
         return None
@@ -188,7 +220,7 @@ class TransactionManager:
         for scope in resolved:
             if scope not in tx.reads:
                 tx.reads[scope] = self._tick()
-            self._register(tx, self._order_scope(scope))
+            self._order.register(self._order_scope(scope), tx)
         return PROCEED
 
     def externalize(self, txid: int, scopes: Iterable[str | Scope]) -> Proceed | Wait | AbortPlan:
@@ -218,19 +250,24 @@ class TransactionManager:
             tx.eager_scopes.setdefault(scope, seq)
             tx.effect_scopes.add(scope)
             self._real.register(scope, tx, eager=True)
-            self._register(tx, self._order_scope(scope))
+            self._order.register(self._order_scope(scope), tx)
         return PROCEED
 
     def stage(self, txid: int, effect: Effect) -> Proceed | AbortPlan:
         """Record an effect. Bufferable and irreversible ones stay with the runtime until
         commit; a reversible one must have been externalised on its scopes first."""
-        tx = self._txs.get(txid) or self.get(txid)
-        if tx.state is not TxState.OPEN and (plan := self._check_open(tx, "stage")) is not None:
+        try:
+            tx = self._txs[txid]
+        except KeyError:
+            raise UnknownTransaction(txid) from None
+        if tx.state is not OPEN and (plan := self._check_open(tx, "stage")) is not None:
             return plan
-        if effect.key in tx.keys:
+        key = effect.key
+        staged = tx.staged
+        if key in staged:
             tx.duplicates_suppressed += 1  # a duplicated delivery of a staged call
             return PROCEED
-        if effect.effect_class is EffectClass.REVERSIBLE:
+        if effect.effect_class is REVERSIBLE:
             missing = [s for s in effect.scopes if self.scope(s) not in tx.eager_scopes]
             if missing:
                 raise ValueError(
@@ -239,43 +276,55 @@ class TransactionManager:
                 )
         else:
             scopes = effect.scopes
-            if not self._canonical:
+            # Sessions hand over resolved scopes; only other specs (or the naive policy) need
+            # parsing. One scope is the usual case, and checked without a loop.
+            if not self._canonical or (
+                scopes[0].__class__ is not Scope
+                if len(scopes) == 1
+                else any(s.__class__ is not Scope for s in scopes)
+            ):
                 scopes = tuple(self.scope(s) for s in scopes)
-            else:
-                for s in scopes:
-                    if s.__class__ is not Scope:
-                        # Sessions hand over resolved scopes; only other specs need parsing.
-                        scopes = tuple(self.scope(s) for s in scopes)
-                        break
             real = self._real
-            stale = self.options.abort_on_stale
-            for scope in scopes:
-                if real.eager_count:
-                    for other in real.overlapping_eager(scope):
-                        if other is not tx and not other.finished and other.epoch > tx.epoch:
-                            return self.abort(
-                                tx.txid,
-                                AbortSource.STALE_READ,
-                                f"{scope} holds an unsettled effect of later epoch {other.epoch}",
-                            )
-                if stale and real.frontier(scope) > tx.epoch:
-                    return self._late(tx, scope, write=True)  # type: ignore[return-value]
+            # Only an unsettled eager effect or a commit of a later epoch can make this stale;
+            # neither exists in the common case, and then no scope needs a look.
+            if real.eager_count or (self._stale and real.max_epoch > tx.epoch):
+                for scope in scopes:
+                    if (plan := self._stage_conflict(tx, scope)) is not None:
+                        return plan
             mine = tx.effect_scopes
+            register = None if self._global else self._order.register  # global: at begin
             for scope in scopes:
                 known = len(mine)
                 mine.add(scope)
-                if len(mine) != known:  # new to the footprint (one hash instead of two)
-                    self._register(tx, GLOBAL_SCOPE if self._global else scope)
+                if len(mine) != known and register is not None:  # new to the footprint
+                    register(scope, tx)
         self._seq += 1
         effect.seq = self._seq
-        tx.keys.add(effect.key)
-        tx.effects.append(effect)
+        staged[key] = effect
         return PROCEED
+
+    def _stage_conflict(self, tx: Transaction, scope: Scope) -> AbortPlan | None:
+        """A buffered or gated effect on `scope` is stale behind a later epoch's unsettled
+        eager effect, or late behind its commit (abort-on-stale)."""
+        for other in self._real.overlapping_eager(scope):
+            if other is not tx and not other.finished and other.epoch > tx.epoch:
+                return self.abort(
+                    tx.txid,
+                    _STALE,
+                    f"{scope} holds an unsettled effect of later epoch {other.epoch}",
+                )
+        return self._late(tx, scope, write=True)
 
     # -- seal, commit, abort ---------------------------------------------------------------------
     def seal(self, txid: int) -> None:
-        tx = self._txs.get(txid) or self.get(txid)
-        tx.state = next_state(txid, tx.state, TxEvent.SEAL)
+        try:
+            tx = self._txs[txid]
+        except KeyError:
+            raise UnknownTransaction(txid) from None
+        state = AFTER_SEAL.get(tx.state)
+        if state is None:
+            raise IllegalTransition(txid, tx.state.value, SEAL_EVENT.value)
+        tx.state = state
 
     def _earlier_holders(self, tx: Transaction, scope: Scope) -> list[Blocker]:
         return [
@@ -288,19 +337,24 @@ class TransactionManager:
         footprint, and aborted branches of its own group whose compensations on its footprint
         are still pending (their before-images would otherwise overwrite what it commits).
         Neither kind can wait on it in turn: an aborted branch only finishes."""
-        tx = self.get(txid)
-        scopes = tx.footprint() or ({GLOBAL_SCOPE} if self._global else set())
+        return self._blockers(self.get(txid))
+
+    def _blockers(self, tx: Transaction) -> list[Blocker]:
+        scopes = tx.footprint() if tx.reads else tx.effect_scopes
+        if not scopes and self._global:
+            scopes = {GLOBAL_SCOPE}
+        order = self._order
+        epoch, group, glob = tx.epoch, tx.group, self._global
         found: list[Blocker] = []
         for scope in scopes:
-            found.extend(self._earlier_holders(tx, scope))
-        if tx.group is not None:
-            found.extend(self._compensating_siblings(tx, scopes))
+            for other in order.earlier_holders(GLOBAL_SCOPE if glob else scope, epoch, group):
+                found.append(Blocker(other.txid, other.epoch, scope._text))
+        if group is not None and self._real.eager_count:
+            found.extend(self._compensating_siblings(tx, scopes))  # type: ignore[arg-type]
         return found
 
     def _compensating_siblings(self, tx: Transaction, scopes: set[Scope]) -> list[Blocker]:
         real = self._real
-        if not real.eager_count:  # nothing externalised anywhere: nothing to compensate
-            return []
         # A compensation can only be pending where an effect was externalised: the eager
         # registrations (kept until finish) name the candidates without a walk of the group.
         candidates: dict[int, Transaction] = {}
@@ -309,14 +363,14 @@ class TransactionManager:
                 if (
                     other.group == tx.group
                     and other is not tx
-                    and other.state is TxState.ABORTED
+                    and other.state is ABORTED
                     and not other.finished
                 ):
                     candidates[other.txid] = other
         found: list[Blocker] = []
         for other in candidates.values():
-            for effect in other.effects:
-                if effect.effect_class is not EffectClass.REVERSIBLE:
+            for effect in other.staged.values():
+                if effect.effect_class is not REVERSIBLE:
                     continue
                 for s in effect.scopes:
                     scope = self.scope(s)
@@ -332,75 +386,87 @@ class TransactionManager:
         can later roll back what the winner committed (siblings never wait on each other, so
         nothing else would order them).
         """
-        tx = self.get(txid)
-        if tx.state not in (TxState.SEALED, TxState.WAITING):
-            raise IllegalTransition(txid, tx.state.value, TxEvent.COMMIT.value)
+        try:
+            tx = self._txs[txid]
+        except KeyError:
+            raise UnknownTransaction(txid) from None
+        state = tx.state
+        if state is not SEALED and state is not WAITING:
+            raise IllegalTransition(txid, state.value, TxEvent.COMMIT.value)
         group = tx.group
-        if group is not None and group not in self._picked:
-            live = [
-                t for t in self._groups.get(group, ())
-                if t != txid and self._txs[t].state not in TERMINAL
-            ]
+        record = self._groups.get(group) if group is not None else None  # type: ignore[arg-type]
+        if record is not None and record.picked is None:
+            live = [t for t, other in record.members.items() if t != txid and other.state not in TERMINAL]
             if live:
                 raise IllegalTransition(
                     txid,
-                    tx.state.value,
+                    state.value,
                     TxEvent.COMMIT.value,
                     f"branches {live} of group {group!r} are live; settle it with resolve",
                 )
-        if self.options.wait_for_frontiers:
-            found = self.blockers(txid)
+        if self._wait_for_frontiers:
+            found = self._blockers(tx)
             if found:
-                tx.state = next_state(txid, tx.state, TxEvent.WAIT)
+                tx.state = next_state(txid, state, WAIT_EVENT)
                 return self._wait(tx, found)
-        if group is not None and (group in self._won or self._picked.get(group, txid) != txid):
-            return self.abort(txid, AbortSource.LOSING_SPECULATION, f"{group} has a winner")
-        if self.options.abort_on_stale:
+        if record is not None and (
+            record.won or (record.picked is not None and record.picked != txid)
+        ):
+            return self.abort(txid, _LOSING, f"{group} has a winner")
+        real = self._real
+        if self._stale and tx.reads:
             for scope, seen in tx.reads.items():
-                if self._real.last_write_seq(scope) > seen:
-                    return self.abort(
-                        txid, AbortSource.STALE_READ, f"{scope} was written after it was read"
-                    )
-        tx.state = next_state(txid, tx.state, TxEvent.COMMIT)
-        if tx.group is not None:
-            self._won.add(tx.group)
-        commit_seq = self._tick()
-        for scope in tx.reads:
-            self._real.stamp(scope, tx.epoch, write=False)
+                if real.last_write_seq(scope) > seen:
+                    return self.abort(txid, _STALE, f"{scope} was written after it was read")
+        tx.state = AFTER_COMMIT[state]  # sealed or waiting, checked above
+        if record is not None:
+            record.won = True
+        self._seq += 1
+        commit_seq = self._seq
+        epoch = tx.epoch
+        if tx.reads:
+            for scope in tx.reads:
+                real.stamp(scope, epoch, write=False)
+        eager = tx.eager_scopes
         for scope in tx.effect_scopes:
-            visible = tx.eager_scopes.get(scope, commit_seq)
-            self._real.stamp(scope, tx.epoch, write=True, visible_seq=visible)
+            real.stamp(scope, epoch, write=True, visible_seq=eager.get(scope, commit_seq) if eager else commit_seq)
         apply: list[Effect] = []
         release: list[Effect] = []
         accept: list[Effect] = []
-        for effect in tx.effects:
+        for effect in tx.staged.values():
             cls = effect.effect_class
-            if cls is EffectClass.BUFFERABLE:
+            if cls is BUFFERABLE:
                 apply.append(effect)
-            elif cls is EffectClass.IRREVERSIBLE:
+            elif cls is IRREVERSIBLE:
                 release.append(effect)
             else:
                 accept.append(effect)
-        return CommitPlan(txid, tx.epoch, tuple(apply), tuple(release), tuple(accept))
+        return CommitPlan(txid, epoch, tuple(apply), tuple(release), tuple(accept))
 
     def abort(self, txid: int, source: AbortSource | str, detail: str = "") -> AbortPlan:
         """Abort: drop what never left, compensate externalised effects in reverse order."""
-        tx = self._txs.get(txid) or self.get(txid)
+        try:
+            tx = self._txs[txid]
+        except KeyError:
+            raise UnknownTransaction(txid) from None
         self._mark_aborted(tx, source, detail)
         return self._abort_plan(tx)
 
     def _mark_aborted(self, tx: Transaction, source: AbortSource | str, detail: str) -> None:
         if source.__class__ is not AbortSource:
             source = AbortSource(source)  # a bad source must not leave the state changed
-        tx.state = next_state(tx.txid, tx.state, TxEvent.ABORT)
+        state = AFTER_ABORT.get(tx.state)
+        if state is None:
+            raise IllegalTransition(tx.txid, tx.state.value, ABORT_EVENT.value)
+        tx.state = state
         tx.abort_source = source  # type: ignore[assignment]
         tx.abort_detail = detail
 
     def _abort_plan(self, tx: Transaction) -> AbortPlan:
         compensate: list[Effect] = []
         drop: list[Effect] = []
-        for e in tx.effects:
-            (compensate if e.effect_class is EffectClass.REVERSIBLE else drop).append(e)
+        for e in tx.staged.values():
+            (compensate if e.effect_class is REVERSIBLE else drop).append(e)
         compensate.reverse()
         return AbortPlan(
             tx.txid, tx.epoch, tx.abort_source, tx.abort_detail, tuple(compensate), tuple(drop)  # type: ignore[arg-type]
@@ -411,13 +477,13 @@ class TransactionManager:
         winner. Losers are settled first (see `Resolution`), so the winner's commit meets
         only the siblings whose compensations are still pending. With `forget`, the records
         of losers settled on the spot are dropped, as `finish(forget=True)` does."""
-        members = self._groups.get(group, {})
-        if winner not in members:
+        record = self._groups.get(group)
+        win = record.members.get(winner) if record is not None else None
+        if win is None:
             raise UnknownTransaction(f"transaction {winner} is not a branch of group {group!r}")
-        if self._txs[winner].state is TxState.COMMITTED:
-            raise IllegalTransition(winner, TxState.COMMITTED.value, "resolve")
-        win = self._txs[winner]
-        if win.state is TxState.ABORTED:
+        if win.state is COMMITTED:
+            raise IllegalTransition(winner, COMMITTED.value, "resolve")
+        if win.state is ABORTED:
             # It cannot win. If a winner was picked before (a sibling that committed first
             # aborted this one), that pick stands and nothing else changes; if not, every
             # live branch loses with it.
@@ -430,9 +496,9 @@ class TransactionManager:
                 winner, win.epoch, win.abort_source or AbortSource.TOOL_FAILURE, win.abort_detail
             )
             return resolution
-        self._picked[group] = winner
+        record.picked = winner  # type: ignore[union-attr]
         resolution = self.abort_group(group, keep=winner, forget=forget)
-        if win.state is TxState.OPEN:
+        if win.state is OPEN:
             self.seal(winner)
         resolution.decision = self.try_commit(winner)
         return resolution
@@ -442,18 +508,27 @@ class TransactionManager:
     ) -> Resolution:
         """Abort every live branch of `group` but `keep` (they lost), in begin order."""
         resolution = Resolution(None)
+        record = self._groups.get(group)
+        if record is None:
+            return resolution
         detail = f"lost {group}"
-        for txid in list(self._groups.get(group, ())):  # settling the last one ends the group
-            tx = self._txs[txid]
-            if txid == keep or tx.state in TERMINAL:
+        settled = resolution.settled
+        woken = resolution.woken
+        # A copy: settling the last branch ends the group, and forgetting one leaves it.
+        for tx in list(record.members.values()):
+            state = AFTER_ABORT.get(tx.state) if tx.txid != keep else None
+            if state is None:  # the winner, or already settled
                 continue
-            self._mark_aborted(tx, AbortSource.LOSING_SPECULATION, detail)
+            tx.state = state  # _mark_aborted, without its frame: the source is known good
+            tx.abort_source = _LOSING
+            tx.abort_detail = detail
             if tx.eager_scopes:  # something was externalised: the driver compensates
                 resolution.compensate.append(self._abort_plan(tx))
             else:
-                settlement, woken = self.finish(txid, forget=forget)
-                resolution.settled.append(settlement)
-                resolution.woken.extend(woken)
+                settlement, now_ready = self._finish(tx, False, (), (), forget)
+                settled.append(settlement)
+                if now_ready:
+                    woken.extend(now_ready)
         return resolution
 
     def finish(
@@ -468,24 +543,47 @@ class TransactionManager:
         """The driver has carried out the plan: deregister, advance, say who may now proceed.
 
         `residue` lists compensations that failed; the world under them changed for good, so
-        readers of those scopes become stale. With `forget`, the record is dropped too (the
-        settlement is all that remains), as `forget` would.
+        readers of those scopes become stale. `waited` is added to the record's own. The
+        settlement is also set on the record. With `forget`, the manager drops the record too,
+        as `forget` would.
         """
-        tx = self._txs.get(txid) or self.get(txid)
+        try:
+            tx = self._txs[txid]
+        except KeyError:
+            raise UnknownTransaction(txid) from None
         state = tx.state
-        committed = state is TxState.COMMITTED
-        if not committed and state is not TxState.ABORTED:
+        committed = state is COMMITTED
+        if not committed and state is not ABORTED:
             raise IllegalTransition(txid, state.value, "finish")
         if tx.finished:
             raise IllegalTransition(txid, "finished", "finish")
+        if waited:
+            tx.waited += waited
+        return self._finish(tx, committed, residue, failed_applies, forget)
+
+    def _finish(
+        self,
+        tx: Transaction,
+        committed: bool,
+        residue: Sequence[Effect],
+        failed_applies: Sequence[Effect],
+        forget: bool,
+    ) -> tuple[Settlement, list[int]]:
         tx.finished = True
         order = self._order
-        for scope in tx.registered:
-            order.unregister(scope, tx)
+        if self._global:
+            order.unregister(GLOBAL_SCOPE, tx)
+        else:  # its footprint; unregistering is idempotent, so a scope read and written is fine
+            if tx.reads:
+                for scope in tx.reads:
+                    order.unregister(scope, tx)
+            for scope in tx.effect_scopes:
+                order.unregister(scope, tx)
         real = self._real
         eager = tx.eager_scopes
-        for scope in eager:
-            real.unregister(scope, tx)
+        if eager:
+            for scope in eager:
+                real.unregister(scope, tx)
         if committed:
             # Buffered and gated effects landed while the driver carried out the plan, after
             # try_commit: a read since then saw the old value, so it is stale.
@@ -493,28 +591,25 @@ class TransactionManager:
             landed = self._seq
             for scope in tx.effect_scopes:
                 if scope not in eager:
-                    real.stamp(scope, tx.epoch, write=True, visible_seq=landed)
+                    real.stamp_visible(scope, landed)  # its epoch was stamped at commit
         if residue:
             seq = self._tick()
             for effect in residue:
                 for scope in effect.scopes:
                     real.stamp(self.scope(scope), 0, write=True, visible_seq=seq)
-        waiters = self._waiters.pop(txid, None) if self._waiters else None
-        woken = sorted(waiters) if waiters else []
+        waiters = self._waiters.pop(tx.txid, None) if self._waiters else None
         group = tx.group
         if group is not None:
-            left = self._unfinished.get(group, 0) - 1
-            if left <= 0:
-                self._unfinished.pop(group, None)
-                self._groups.pop(group, None)
-                self._won.discard(group)
-                self._picked.pop(group, None)
-            else:
-                self._unfinished[group] = left
-        settlement = self._settlement(tx, committed, residue, failed_applies, waited)
-        if forget:
-            self._drop(tx)
-        return settlement, woken
+            record = self._groups[group]
+            record.unfinished -= 1
+            if record.unfinished <= 0:
+                del self._groups[group]
+        settlement = tx.settlement = self._settlement(tx, committed, residue, failed_applies)
+        if forget:  # _drop, without its frame
+            if group is not None and record.unfinished > 0:
+                record.members.pop(tx.txid, None)
+            del self._txs[tx.txid]
+        return settlement, sorted(waiters) if waiters else []
 
     def _settlement(
         self,
@@ -522,37 +617,40 @@ class TransactionManager:
         committed: bool,
         residue: Sequence[Effect],
         failed_applies: Sequence[Effect],
-        waited: float,
     ) -> Settlement:
         """One pass over the effects sorts each key into what became of it."""
-        applied: tuple[str, ...] = ()
-        released: tuple[str, ...] = ()
-        accepted: tuple[str, ...] = ()
-        compensated: tuple[str, ...] = ()
-        dropped: tuple[str, ...] = ()
-        residue_out: tuple[str, ...] = ()
-        failed_out: tuple[str, ...] = ()
-        effects = tx.effects
-        if committed:
+        applied = released = accepted = compensated = dropped = residue_out = failed_out = ()
+        staged = tx.staged
+        effects = staged.values()
+        if not staged:
+            pass
+        elif committed and not failed_applies and not tx.eager_scopes and all(
+            e.effect_class is BUFFERABLE for e in effects
+        ):
+            applied = tuple(staged)  # the usual commit: every effect buffered, every one landed
+        elif committed:
             failed = {e.key for e in failed_applies} if failed_applies else ()
             done: list[str] = []
             gated: list[str] = []
             final: list[str] = []
             for e in effects:
                 cls = e.effect_class
-                if cls is EffectClass.REVERSIBLE:
+                if cls is REVERSIBLE:
                     final.append(e.key)
                 elif e.key not in failed:
-                    (done if cls is EffectClass.BUFFERABLE else gated).append(e.key)
+                    (done if cls is BUFFERABLE else gated).append(e.key)
             applied, released, accepted = tuple(done), tuple(gated), tuple(final)
             if failed:
                 failed_out = tuple(e.key for e in effects if e.key in failed)
-        elif effects:
+        elif not tx.eager_scopes:
+            # Nothing was externalised, so no effect is reversible: every one is dropped.
+            dropped = tuple(staged)
+        else:
             residue_keys = {e.key for e in residue} if residue else ()
             undone: list[str] = []
             left: list[str] = []
             for e in effects:
-                if e.effect_class is not EffectClass.REVERSIBLE:
+                if e.effect_class is not REVERSIBLE:
                     left.append(e.key)
                 elif e.key not in residue_keys:
                     undone.append(e.key)
@@ -561,21 +659,18 @@ class TransactionManager:
             if residue_keys and self.options.classify_residue:
                 residue_out = tuple(e.key for e in effects if e.key in residue_keys)
         written = tx.effect_scopes
-        if not written:
-            writes: tuple[str, ...] = ()
-        elif len(written) == 1:
-            for only in written:
-                writes = (only._text,)
+        if len(written) == 1:
+            (only,) = written
+            writes: tuple[str, ...] = (only._text,)
         else:
-            writes = tuple(sorted(map(str, written)))
-        source = tx.abort_source
+            writes = tuple(sorted(map(str, written))) if written else ()
         return Settlement(
             tx.txid,
             tx.epoch,
             tx.trace,
             tx.group,
             "committed" if committed else "aborted",
-            source,  # an AbortSource is a str (StrEnum): no .value property call needed
+            tx.abort_source,  # an AbortSource is a str (StrEnum): no .value property call needed
             tx.abort_detail,
             applied,
             released,
@@ -585,7 +680,7 @@ class TransactionManager:
             residue_out,
             failed_out,
             tx.duplicates_suppressed,
-            waited,
+            tx.waited,
             tuple(sorted(map(str, tx.reads))) if tx.reads else (),
             writes,
         )
@@ -593,11 +688,12 @@ class TransactionManager:
     def winner(self, group: str) -> int | None:
         """The branch `resolve` picked in this live group, while that pick still stands (the
         branch has not aborted since)."""
-        picked = self._picked.get(group)
+        record = self._groups.get(group)
+        picked = record.picked if record is not None else None
         if picked is None:
             return None
         tx = self._txs.get(picked)
-        return picked if tx is not None and tx.state is not TxState.ABORTED else None
+        return picked if tx is not None and tx.state is not ABORTED else None
 
     def forget(self, txid: int) -> None:
         """Drop a finished transaction's record (long-running drivers call this)."""
@@ -608,7 +704,7 @@ class TransactionManager:
 
     def _drop(self, tx: Transaction) -> None:
         if tx.group is not None:
-            members = self._groups.get(tx.group)
-            if members is not None:
-                members.pop(tx.txid, None)
+            record = self._groups.get(tx.group)
+            if record is not None:
+                record.members.pop(tx.txid, None)
         del self._txs[tx.txid]

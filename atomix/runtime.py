@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from atomix.decisions import AbortPlan, Resolution, Settlement
+from atomix.decisions import AbortPlan, CommitPlan, Resolution, Settlement
 from atomix.effects import AbortSource, Effect
 from atomix.errors import AtomixError, IllegalTransition, TransactionAborted
 from atomix.manager import RuntimeOptions
@@ -25,8 +25,8 @@ from atomix.session import (
     TxSession,
 )
 from atomix.settle import acarry_out_abort, acarry_out_commit, carry_out_abort, carry_out_commit
-from atomix.tools import Call, ScopeSpec, ToolSpec, define_tool
-from atomix.transaction import TxState
+from atomix.tools import Call, ScopeSpec, ToolSpec, define_tool, with_signature
+from atomix.transaction import ABORTED
 
 T = TypeVar("T")
 _UNSET: Any = object()
@@ -131,55 +131,64 @@ class _AsyncDriver(_SyncDriver):
                 send = await acarry_out_abort(instr.plan)
 
 
-class Tx:
-    """A synchronous transaction handle. As a context manager it commits on a clean exit
-    and aborts on an exception (source `tool_failure` unless the exception names one)."""
+class Tx(TxSession):
+    """A synchronous transaction handle: a session that drives its own steps. As a context
+    manager it commits on a clean exit and aborts on an exception (source `tool_failure`
+    unless the exception names one)."""
 
-    __slots__ = ("rt", "session", "_driver", "_autocommit", "_token")
+    __slots__ = ("rt", "_driver", "_autocommit", "_token")
 
-    def __init__(self, rt: Runtime, session: TxSession, driver: _SyncDriver, autocommit: bool) -> None:
+    rt: Runtime
+    _driver: _SyncDriver
+    _autocommit: bool
+    _token: contextvars.Token[Any] | None
+
+    # The core makes the handle (it is the core's record, see TxSession); the runtime then
+    # attaches its driver side, under the lock that began it.
+    def _attach(self, rt: Runtime, driver: _SyncDriver, autocommit: bool) -> None:
+        self.co = rt.coordinator
         self.rt = rt
-        self.session = session
         self._driver = driver
         self._autocommit = autocommit
-        self._token: contextvars.Token[Any] | None = None
+        self._token = None
 
-    txid = property(lambda self: self.session.txid)
-    epoch = property(lambda self: self.session.epoch)
-    settlement = property(lambda self: self.session.settlement)
+    @property
+    def session(self) -> TxSession:
+        """The driver-agnostic session: this handle itself."""
+        return self
 
     def read(self, *scopes: str | Scope) -> None:
-        self._driver.drive(self.session.read(scopes, self._driver))
+        self._driver.drive(self.read_steps(scopes, self._driver))
 
     def externalize(self, *scopes: str | Scope) -> None:
-        self._driver.drive(self.session.externalize(scopes, self._driver))
+        self._driver.drive(self.externalize_steps(scopes, self._driver))
 
     def stage(self, effect: Effect) -> None:
-        self._driver.drive(self.session.stage(effect))
+        self._driver.drive(self.stage_steps(effect))
 
     def call(self, spec: ToolSpec, *args: Any, **kwargs: Any) -> Any:
-        if spec.deferred_only:
-            outcome = self.session.defer(spec, spec.bind(args, kwargs))
-            if outcome.__class__ is AbortPlan:
-                self._driver.drive(self.session._abort_and_raise(outcome))
-            return outcome
-        return self._driver.drive(self.session.call(spec, spec.bind(args, kwargs), self._driver))
+        return self._call_bound(spec, spec.bind(args, kwargs))
 
-    def seal(self) -> None:
-        self.session.seal()
+    def _call_bound(self, spec: ToolSpec, bound: dict[str, Any]) -> Any:
+        if spec.deferred_only:  # staged or queued: never waits, so no steps to drive
+            outcome = self.defer(spec, bound)
+            if outcome.__class__ is AbortPlan:
+                self._driver.drive(self._abort_and_raise(outcome))
+            return outcome
+        return self._driver.drive(self.call_steps(spec, bound, self._driver))
 
     def commit(self) -> Settlement:
         """Commit; a speculative branch commits as its group's winner (`Runtime.resolve`)."""
-        group = self.session.group
-        if group is not None and self.session.settlement is None:
-            with self.rt.coordinator.lock:
-                first = self.rt.core.winner(group) is None
+        group = self.group
+        if group is not None and self.settlement is None:
+            with self.co.lock:
+                first = self.co.core.winner(group) is None
             if first:
                 return self.rt.resolve(group, self)[0]
-        return self._driver.drive(self.session.commit(self._driver))
+        return self._driver.drive(self.commit_steps(self._driver))
 
     def abort(self, source: AbortSource | str = AbortSource.PRE_COMMIT_VETO, detail: str = "") -> Settlement:
-        return self._driver.drive(self.session.abort(source, detail))
+        return self._driver.drive(self.abort_steps(source, detail))
 
     def __enter__(self) -> Tx:
         self._token = _current.set(self)
@@ -190,51 +199,62 @@ class Tx:
             _current.reset(self._token)
             self._token = None
         if exc is None:
-            if self.session.settlement is None:
+            if self.settlement is None:
                 if self._autocommit:
                     self.commit()
-                else:
-                    self.session.seal()
+                else:  # seal(), without its frame: every branch leaves its block this way
+                    lock = self.co.lock
+                    lock.acquire()
+                    try:
+                        self.co.core.seal(self.txid)
+                    finally:
+                        lock.release()
                     return False
         elif not (isinstance(exc, TransactionAborted) and exc.txid == self.txid):
             source = getattr(exc, "abort_source", AbortSource.TOOL_FAILURE)
             self.abort(source, f"{type(exc).__name__}: {exc}")
-        if self.session.group is not None:
-            self.rt._untrack(self.session)  # settled: resolve has nothing left to do for it
         return False
 
 
-class ATx:
+class ATx(TxSession):
     """The asyncio transaction handle; same contract as Tx."""
 
-    def __init__(self, rt: Runtime, session: TxSession, driver: _AsyncDriver) -> None:
-        self.rt = rt
-        self.session = session
-        self._driver = driver
-        self._token: contextvars.Token[Any] | None = None
+    __slots__ = ("rt", "_driver", "_token")
 
-    txid = property(lambda self: self.session.txid)
-    epoch = property(lambda self: self.session.epoch)
-    settlement = property(lambda self: self.session.settlement)
+    rt: Runtime
+    _driver: _AsyncDriver
+    _token: contextvars.Token[Any] | None
+
+    def _attach(self, rt: Runtime, driver: _AsyncDriver) -> None:
+        self.co = rt.coordinator
+        self.rt = rt
+        self._driver = driver
+        self._token = None
+
+    @property
+    def session(self) -> TxSession:
+        """The driver-agnostic session: this handle itself."""
+        return self
 
     async def read(self, *scopes: str | Scope) -> None:
-        await self._driver.adrive(self.session.read(scopes, self._driver))
+        await self._driver.adrive(self.read_steps(scopes, self._driver))
 
     async def stage(self, effect: Effect) -> None:
-        await self._driver.adrive(self.session.stage(effect))
+        await self._driver.adrive(self.stage_steps(effect))
 
     async def call(self, spec: ToolSpec, *args: Any, **kwargs: Any) -> Any:
-        return await self._driver.adrive(
-            self.session.call(spec, spec.bind(args, kwargs), self._driver)
-        )
+        return await self._call_bound(spec, spec.bind(args, kwargs))
+
+    async def _call_bound(self, spec: ToolSpec, bound: dict[str, Any]) -> Any:
+        return await self._driver.adrive(self.call_steps(spec, bound, self._driver))
 
     async def commit(self) -> Settlement:
-        return await self._driver.adrive(self.session.commit(self._driver))
+        return await self._driver.adrive(self.commit_steps(self._driver))
 
     async def abort(
         self, source: AbortSource | str = AbortSource.PRE_COMMIT_VETO, detail: str = ""
     ) -> Settlement:
-        return await self._driver.adrive(self.session.abort(source, detail))
+        return await self._driver.adrive(self.abort_steps(source, detail))
 
     async def __aenter__(self) -> ATx:
         self._token = _current.set(self)
@@ -245,7 +265,7 @@ class ATx:
             _current.reset(self._token)
             self._token = None
         if exc is None:
-            if self.session.settlement is None:
+            if self.settlement is None:
                 await self.commit()
             return False
         if isinstance(exc, TransactionAborted) and exc.txid == self.txid:
@@ -276,7 +296,6 @@ class Runtime:
         self.timeout = timeout
         self._clock = clock
         self._attempts = apply_attempts
-        self._branches: dict[str, dict[int, TxSession]] = {}  # unresolved branches by group
         # Drivers hold no per-transaction state: one serves every transaction that keeps
         # the runtime's own time-out.
         self._sync_driver = _SyncDriver(timeout, apply_attempts, clock)
@@ -292,45 +311,41 @@ class Runtime:
     def transaction(
         self, *, timeout: float | None = _UNSET, group: str | None = None, trace: str | None = None
     ) -> Tx:
-        session = self._begin(group, trace, 0)
-        return Tx(self, session, self._sync_driver_for(timeout), autocommit=True)
+        driver = self._sync_driver if timeout is _UNSET else self._sync_driver_for(timeout)
+        lock = self.coordinator.lock
+        lock.acquire()  # (not `with`: see Coordinator.lock)
+        try:
+            tx = self.coordinator.core.begin(group=group, trace=trace, record=Tx)
+            tx._attach(self, driver, True)
+        finally:
+            lock.release()
+        return tx
 
     def branch(self, group: str, index: int, *, timeout: float | None = _UNSET) -> Tx:
         """One speculative branch of `group`; leaving its block seals it, `resolve` settles it."""
-        session = self._begin(group, group, index)
-        return Tx(self, session, self._sync_driver_for(timeout), autocommit=False)
+        driver = self._sync_driver if timeout is _UNSET else self._sync_driver_for(timeout)
+        lock = self.coordinator.lock
+        lock.acquire()  # (not `with`: see Coordinator.lock)
+        try:
+            tx = self.coordinator.core.begin(group=group, trace=group, branch=index, record=Tx)
+            tx._attach(self, driver, False)
+        finally:
+            lock.release()
+        return tx
 
     def _sync_driver_for(self, timeout: float | None) -> _SyncDriver:
         if timeout is _UNSET or timeout == self.timeout:
             return self._sync_driver
         return _SyncDriver(timeout, self._attempts, self._clock)
 
-    def _begin(self, group: str | None, trace: str | None, index: int) -> TxSession:
-        co = self.coordinator
-        with co.lock:  # one lock round: this is speculation's per-branch cost
-            session = co.begin(group=group, trace=trace, branch=index)
-            if group is not None:
-                # resolve settles each loser through its handle's own session, which so sees it
-                self._branches.setdefault(group, {})[session.txid] = session
-        return session
-
-    def _untrack(self, session: TxSession) -> None:
-        with self.coordinator.lock:
-            branches = self._branches.get(session.group or "")
-            if branches is not None:
-                branches.pop(session.txid, None)
-                if not branches:
-                    del self._branches[session.group or ""]
-
     def resolve(self, group: str, winner: Tx) -> tuple[Settlement, list[Settlement]]:
         """Commit the winning branch and abort every other branch of its group."""
         co = self.coordinator
         with co.lock:
-            done = winner.session.settlement
+            done = winner.settlement
             if done is not None and done.committed:
                 raise IllegalTransition(winner.txid, "committed", "resolve")
-            record = co.core.get(winner.txid) if done is None else None
-            if record is not None and record.state is not TxState.ABORTED:
+            if done is None and winner.state is not ABORTED:
                 resolution = co.core.resolve(group, winner.txid, forget=True)
             else:
                 # The winner failed and settled already, or another resolve (a sibling that
@@ -345,31 +360,41 @@ class Runtime:
                 lost = (
                     (done.abort_source, done.detail)
                     if done is not None
-                    else (record.abort_source, record.abort_detail)  # type: ignore[union-attr]
+                    else (winner.abort_source, winner.abort_detail)
                 )
-            # Each loser's settlement goes to its own handle's session, so the handle sees it.
-            sessions = self._branches.pop(group, {})
-            co.adopt(resolution.settled, sessions, resolution.woken)
-        settled = {s.txid: s for s in resolution.settled}
-        for plan in resolution.compensate:
-            session = sessions.get(plan.txid) or self._sessions_by_id(plan.txid)
-            settled[plan.txid] = winner._driver.drive(session.settle_abort(plan))
-        losers = [settled[txid] for txid in sorted(settled)]  # begin order
+            # The core set each settled loser's settlement on its record, the loser's handle.
+            co.adopt(resolution.settled, resolution.woken)
+            compensating = (
+                [(co.core.get(plan.txid), plan) for plan in resolution.compensate]
+                if resolution.compensate
+                else None
+            )
+        losers = resolution.settled  # in begin order
+        if compensating:
+            settled = {s.txid: s for s in losers}
+            for loser, plan in compensating:
+                settled[plan.txid] = winner._driver.drive(loser.settle_abort_steps(plan))  # type: ignore[attr-defined]
+            losers = [settled[txid] for txid in sorted(settled)]
         if resolution.decision is None:
             source, detail = lost
             raise TransactionAborted(winner.txid, source or "aborted", detail, done)
-        steps = _resume_commit(winner.session, resolution.decision, winner._driver)
+        decision = resolution.decision
+        steps = (
+            winner.settle_commit_steps(decision)  # the usual case, one generator layer less
+            if decision.__class__ is CommitPlan
+            else _resume_commit(winner, decision, winner._driver)
+        )
         return winner._driver.drive(steps), losers
-
-    def _sessions_by_id(self, txid: int) -> TxSession:
-        tx = self.coordinator.core.get(txid)
-        return TxSession(self.coordinator, txid, tx.epoch, tx.trace, tx.group, tx.branch)
 
     def atransaction(
         self, *, timeout: float | None = _UNSET, group: str | None = None, trace: str | None = None
     ) -> ATx:
         driver = _AsyncDriver(self.timeout if timeout is _UNSET else timeout, self._attempts, self._clock)
-        return ATx(self, self.coordinator.begin(group=group, trace=trace), driver)
+        co = self.coordinator
+        with co.lock:
+            tx = co.core.begin(group=group, trace=trace, record=ATx)
+            tx._attach(self, driver)
+        return tx
 
     def run(self, body: Callable[[Tx], T], *, retries: int = 3) -> T:
         """Run `body` in a transaction; on a stale abort, retry with a fresh epoch."""
@@ -415,30 +440,37 @@ class Runtime:
             )
             if spec.is_async:
 
-                @functools.wraps(f)
-                async def ashim(*args: Any, **kwargs: Any) -> Any:
+                async def adispatch(bound: dict[str, Any]) -> Any:
                     tx = _current.get()
                     if isinstance(tx, ATx) and tx.rt is self:
-                        return await tx.call(spec, *args, **kwargs)
+                        return await tx._call_bound(spec, bound)
                     if tx is not None:
                         raise AtomixError(f"tool {spec.name!r}: called inside a transaction of another runtime or driver")
                     async with self.atransaction() as own:
-                        return await own.call(spec, *args, **kwargs)
+                        return await own._call_bound(spec, bound)
 
-                ashim.spec = spec  # type: ignore[attr-defined]
-                ashim.__signature__ = spec.signature  # type: ignore[attr-defined]
-                return ashim
+                shim = with_signature(spec.name, spec.signature, adispatch, is_async=True)
+            else:
 
-            @functools.wraps(f)
-            def shim(*args: Any, **kwargs: Any) -> Any:
-                tx = _current.get()
-                if tx.__class__ is Tx and tx.rt is self:  # type: ignore[union-attr]
-                    return tx.call(spec, *args, **kwargs)  # type: ignore[union-attr]
-                if tx is not None:
-                    raise AtomixError(f"tool {spec.name!r}: called inside a transaction of another runtime or driver")
-                with self.transaction() as own:
-                    return own.call(spec, *args, **kwargs)
+                deferred_only = spec.deferred_only
 
+                def dispatch(bound: dict[str, Any]) -> Any:
+                    tx = _current.get()
+                    if tx.__class__ is Tx and tx.rt is self:  # type: ignore[union-attr]
+                        if deferred_only:  # _call_bound's first case, without its frame
+                            outcome = tx.defer(spec, bound)  # type: ignore[union-attr]
+                            if outcome.__class__ is AbortPlan:
+                                tx._driver.drive(tx._abort_and_raise(outcome))  # type: ignore[union-attr]
+                            return outcome
+                        return tx._call_bound(spec, bound)  # type: ignore[union-attr]
+                    if tx is not None:
+                        raise AtomixError(f"tool {spec.name!r}: called inside a transaction of another runtime or driver")
+                    with self.transaction() as own:
+                        return own._call_bound(spec, bound)
+
+                # The shim has the tool's own signature, so Python binds each call.
+                shim = with_signature(spec.name, spec.signature, dispatch)
+            functools.update_wrapper(shim, f)
             shim.spec = spec  # type: ignore[attr-defined]
             shim.__signature__ = spec.signature  # type: ignore[attr-defined]
             return shim
@@ -447,16 +479,16 @@ class Runtime:
 
 
 def _resume_commit(session: TxSession, decision: Any, driver: _SyncDriver) -> Steps:
-    from atomix.decisions import AbortPlan, CommitPlan
-
+    """The winner's steps after resolve decided its commit: carry out the plan, settle the
+    abort, or wait like any commit."""
     if isinstance(decision, CommitPlan):
-        return (yield from session.settle_commit(decision))
+        return (yield from session.settle_commit_steps(decision))
     if isinstance(decision, AbortPlan):
         if session.settlement is not None:  # the winner had already failed and settled
             raise TransactionAborted(
                 session.txid, decision.source.value, decision.detail, session.settlement
             )
-        settlement = yield from session.settle_abort(decision)
+        settlement = yield from session.settle_abort_steps(decision)
         raise TransactionAborted(session.txid, decision.source.value, decision.detail, settlement)
     # Wait: the winner waits for earlier transactions of other groups like any commit.
-    return (yield from session.commit(driver))
+    return (yield from session.commit_steps(driver))

@@ -1,10 +1,12 @@
 """One transaction's protocol steps, written once for every driver.
 
-A `TxSession` method is a generator: it talks to the core under the coordinator's lock and
-yields an instruction whenever something must happen outside the core — block until woken,
-run a tool function, carry out a settlement plan. A driver (threads, asyncio, or the
-harness's virtual clock) executes the instruction and sends the result back. So the rules
-live in the core, the sequencing here, and only the waiting differs between drivers.
+A `TxSession` step method (`read_steps`, `commit_steps`, ...) is a generator: it talks to
+the core under the coordinator's lock and yields an instruction whenever something must
+happen outside the core — block until woken, run a tool function, carry out a settlement
+plan. A driver (threads, asyncio, or the harness's virtual clock) executes the instruction
+and sends the result back. So the rules live in the core, the sequencing here, and only the
+waiting differs between drivers. The runtime's own handles (`Tx`, `ATx`) are sessions that
+drive their steps themselves.
 """
 
 from __future__ import annotations
@@ -12,16 +14,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
-from atomix.decisions import AbortPlan, CommitPlan, Settlement, Wait
+from atomix.decisions import PROCEED, AbortPlan, CommitPlan, Settlement, Wait
 from atomix.effects import AbortSource, Effect, EffectClass
 from atomix.errors import IllegalTransition, TransactionAborted, UnknownTransaction
 from atomix.manager import RuntimeOptions, TransactionManager
 from atomix.scopes import Scope
 from atomix.settle import Outcome
 from atomix.tools import KEY_PARAM, Ack, Call, ToolSpec
-from atomix.transaction import TxState
+from atomix.transaction import ABORTED, OPEN, Transaction
 
 
 class Signal(Protocol):
@@ -79,6 +82,9 @@ class Coordinator:
         keep_settlements: bool = True,
     ) -> None:
         self.core = TransactionManager(options)
+        # Every core access holds it. The per-call paths take it with acquire() and release()
+        # in try/finally: on CPython 3.11 a `with` block costs as much again (two special
+        # method lookups and a three-argument __exit__ call), and a branch takes it thrice.
         self.lock = threading.RLock()
         self.apply_attempts = apply_attempts
         self.keep_settlements = keep_settlements
@@ -105,30 +111,23 @@ class Coordinator:
         self, *, group: str | None = None, trace: str | None = None, branch: int = 0
     ) -> TxSession:
         with self.lock:
-            tx = self.core.begin(group=group, trace=trace, branch=branch)
-        return TxSession(self, tx.txid, tx.epoch, tx.trace, group, branch)
+            tx = self.core.begin(group=group, trace=trace, branch=branch, record=TxSession)
+            tx.co = self
+        return tx
 
-    def adopt(
-        self, settled: list[Settlement], sessions: dict[int, TxSession], woken: list[int]
-    ) -> None:
-        """Take over settlements the core made on its own (losing branches with nothing to
-        compensate, settled by resolve); the caller holds the lock. The core does not keep
-        the driver's clock, so each session adds the time it waited."""
-        for settlement in settled:
-            session = sessions.get(settlement.txid)
-            if session is not None:
-                settlement.waited = session.waited
-            self._settled(session, settlement, ())
+    def adopt(self, settled: list[Settlement], woken: list[int]) -> None:
+        """Take note of settlements the core made on its own (losing branches with nothing to
+        compensate, settled by resolve); the caller holds the lock."""
+        if self.keep_settlements:
+            self.settlements.extend(settled)
         if self._wakers:
             self._wake(woken)
+            # Also a thread still parked on a settled loser itself: it wakes to find it settled.
+            self._wake([s.txid for s in settled])
 
-    def _settled(
-        self, session: TxSession | None, settlement: Settlement, woken: Iterable[int]
-    ) -> None:
-        # The core has dropped its record (forget=True): the settlement is the record now,
-        # and the core's copy (effects, closures) would only grow a long-running heap.
-        if session is not None:
-            session.settlement = settlement
+    def _settled(self, settlement: Settlement, woken: Iterable[int]) -> None:
+        # The core has dropped the record (forget=True): its holder keeps it, with the
+        # settlement, and the core's map of live transactions does not grow a long-lived heap.
         if self.keep_settlements:
             self.settlements.append(settlement)
         if self._wakers:
@@ -147,31 +146,21 @@ class Coordinator:
                 signal.set()
 
 
-class TxSession:
-    """A driver-agnostic handle on one transaction (see the module docstring)."""
+class TxSession(Transaction):
+    """A driver-agnostic handle on one transaction (see the module docstring). It is the
+    core's own record of the transaction (the manager makes it, see `Coordinator.begin`),
+    with what the driver side adds: the coordinator and the key prefix. So a handle sees its
+    state and settlement without asking the core, and after the core has forgotten it."""
 
-    __slots__ = (
-        "co", "txid", "epoch", "trace", "group", "branch", "waited", "settlement", "key_prefix"
-    )
+    __slots__ = ("co", "key_prefix")
+
+    co: Coordinator
 
     def __init__(
-        self, co: Coordinator, txid: int, epoch: int, trace: str, group: str | None, branch: int
+        self, txid: int, epoch: int, trace: str, group: str | None = None, branch: int = 0
     ) -> None:
-        self.co = co
-        self.txid = txid
-        self.epoch = epoch
-        self.trace = trace
-        self.group = group
-        self.branch = branch
-        self.waited = 0.0
-        self.settlement: Settlement | None = None
-        self.key_prefix = f"{trace}:{epoch}:{branch}:"
-
-    @property
-    def state(self) -> TxState:
-        if self.settlement is not None:  # finished: the core has forgotten it
-            return TxState(self.settlement.outcome)
-        return self.co.core.get(self.txid).state
+        Transaction.__init__(self, txid, epoch, trace, group, branch)
+        self.key_prefix = f"{trace}:{epoch}:{branch}:"  # every effect's key starts with it
 
     def key(self, tool: str, part: str) -> str:
         """The idempotency key of one effect: trace:epoch:branch:tool:part (paper Table 4)."""
@@ -223,12 +212,11 @@ class TxSession:
             if done.committed:
                 raise IllegalTransition(self.txid, "committed", "a step after settlement")
             raise TransactionAborted(self.txid, done.abort_source or "aborted", done.detail, done)
-        tx = self.co.core.get(self.txid)
-        if tx.state is TxState.ABORTED:
-            raise TransactionAborted(self.txid, tx.abort_source or "aborted", tx.abort_detail)
+        if self.state is ABORTED:
+            raise TransactionAborted(self.txid, self.abort_source or "aborted", self.abort_detail)
 
     # -- steps ----------------------------------------------------------------------------------
-    def read(self, scopes: Iterable[str | Scope], driver: DriverHooks) -> Steps:
+    def read_steps(self, scopes: Iterable[str | Scope], driver: DriverHooks) -> Steps:
         scopes = [self.co.scope(s) for s in scopes]
         decision = yield from self._decide(
             lambda: self.co.core.read(self.txid, scopes), driver.new_signal, driver.now, driver.timeout
@@ -236,7 +224,7 @@ class TxSession:
         if isinstance(decision, AbortPlan):
             yield from self._abort_and_raise(decision)
 
-    def externalize(self, scopes: Iterable[str | Scope], driver: DriverHooks) -> Steps:
+    def externalize_steps(self, scopes: Iterable[str | Scope], driver: DriverHooks) -> Steps:
         scopes = [self.co.scope(s) for s in scopes]
         decision = yield from self._decide(
             lambda: self.co.core.externalize(self.txid, scopes),
@@ -247,7 +235,7 @@ class TxSession:
         if isinstance(decision, AbortPlan):
             yield from self._abort_and_raise(decision)
 
-    def stage(self, effect: Effect) -> Steps:
+    def stage_steps(self, effect: Effect) -> Steps:
         with self.co.lock:
             self._raise_if_settled()
             decision = self.co.core.stage(self.txid, effect)
@@ -258,37 +246,37 @@ class TxSession:
         with self.co.lock:
             self.co.core.seal(self.txid)
 
-    def commit(self, driver: DriverHooks) -> Steps:
+    def commit_steps(self, driver: DriverHooks) -> Steps:
         """Seal (if open), wait for the frontiers, then settle. Returns the Settlement or
         raises TransactionAborted carrying it."""
         with self.co.lock:
             self._raise_if_settled()
-            if self.state is TxState.OPEN:
+            if self.state is OPEN:
                 self.co.core.seal(self.txid)
         decision = yield from self._decide(
             lambda: self.co.core.try_commit(self.txid), driver.new_signal, driver.now, driver.timeout
         )
         if isinstance(decision, AbortPlan):
             yield from self._abort_and_raise(decision)
-        return (yield from self.settle_commit(decision))
+        return (yield from self.settle_commit_steps(decision))
 
-    def settle_commit(self, plan: CommitPlan) -> Steps:
+    def settle_commit_steps(self, plan: CommitPlan) -> Steps:
         outcome: Outcome = yield ApplyCommit(plan)
         return self._finish(failed_applies=outcome.failed_applies)
 
-    def abort(self, source: AbortSource | str = AbortSource.PRE_COMMIT_VETO, detail: str = "") -> Steps:
+    def abort_steps(self, source: AbortSource | str = AbortSource.PRE_COMMIT_VETO, detail: str = "") -> Steps:
         with self.co.lock:
             if self.settlement is not None:
                 return self.settlement
             plan = self.co.core.abort(self.txid, source, detail)
-        return (yield from self.settle_abort(plan))
+        return (yield from self.settle_abort_steps(plan))
 
-    def settle_abort(self, plan: AbortPlan) -> Steps:
+    def settle_abort_steps(self, plan: AbortPlan) -> Steps:
         outcome: Outcome = yield ApplyAbort(plan)
         return self._finish(residue=outcome.residue)
 
     def _abort_and_raise(self, plan: AbortPlan) -> Steps:
-        settlement = yield from self.settle_abort(plan)
+        settlement = yield from self.settle_abort_steps(plan)
         raise TransactionAborted(self.txid, plan.source.value, plan.detail, settlement)
 
     def _finish(
@@ -300,21 +288,20 @@ class TxSession:
                 self.txid,
                 residue=residue or (),
                 failed_applies=failed_applies or (),
-                waited=self.waited,
                 forget=True,
             )
-            co._settled(self, settlement, woken)
+            co._settled(settlement, woken)
         return settlement
 
     # -- the shim -------------------------------------------------------------------------------
-    def call(self, spec: ToolSpec, args: dict[str, Any], driver: DriverHooks) -> Steps:
+    def call_steps(self, spec: ToolSpec, args: dict[str, Any], driver: DriverHooks) -> Steps:
         """One shimmed tool call: register reads, then run, stage or gate by effect class.
 
         A function with an `idempotency_key` parameter gets the effect's key whenever it runs
         for the effect (applied, released, or executed if reversible).
         """
         if spec.reads:
-            yield from self.read(spec.read_scopes(args), driver)
+            yield from self.read_steps(spec.read_scopes(args), driver)
         if spec.effect is None:
             return (yield Run(lambda: spec.fn(**args)))
         if spec.effect is not EffectClass.REVERSIBLE:
@@ -328,9 +315,9 @@ class TxSession:
         earlier = self._staged(key)
         if earlier is not None:
             # A duplicated delivery must not run again: only one run would be compensated.
-            yield from self.stage(earlier)  # the core counts it as a suppressed duplicate
+            yield from self.stage_steps(earlier)  # the core counts it as a suppressed duplicate
             return earlier.payload.result
-        yield from self.externalize(scopes, driver)
+        yield from self.externalize_steps(scopes, driver)
         call = Call(spec.name, args)
         if spec.before is not None:
             call.before = yield Run(lambda: spec.before(**args))  # type: ignore[misc]
@@ -340,41 +327,41 @@ class TxSession:
         effect = Effect(
             spec.name, spec.effect, scopes, key, compensate=lambda: compensate(call), payload=call
         )
-        yield from self.stage(effect)
+        yield from self.stage_steps(effect)
         return call.result
 
     def defer(self, spec: ToolSpec, args: dict[str, Any]) -> Ack | AbortPlan:
         """Stage a bufferable call or queue an irreversible one; no waiting is ever needed,
         so drivers call this directly (every deferred call's path) for tools without reads.
         An AbortPlan means the core aborted the transaction: settle it and raise."""
-        key = self.key(spec.name, spec.key_part(args))
+        key = f"{self.key_prefix}{spec.key_head}{spec.key_of(args)}"
         kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
         co = self.co
         template = spec.write_template
         if template is not None:
-            scopes: tuple[Scope, ...] = (co.scope(template.format_map(args)),)
+            text = template.format_map(args)
+            scopes: tuple[Scope, ...] = (co._scopes.get(text) or co.scope(text),)
         else:
             scopes = tuple(map(co.scope, spec.write_scopes(args)))
-        fn = spec.fn
-        # positional: a keyword call of a dataclass __init__ is measurably slower here
-        effect = Effect(spec.name, spec.effect, scopes, key, lambda: fn(**kwargs), None, None, args)  # type: ignore[arg-type]
-        with co.lock:
-            try:
-                decision = co.core.stage(self.txid, effect)
-            except (IllegalTransition, UnknownTransaction):
-                self._raise_if_settled()  # aborted (maybe by resolve) or settled: say so
-                raise
-        if decision.__class__ is AbortPlan:
+        # Positional: a keyword call is measurably slower on this path. A partial is one
+        # object where a closure over fn and kwargs would be four.
+        effect = Effect(spec.name, spec.effect, scopes, key, partial(spec.fn, **kwargs), None, None, args)  # type: ignore[arg-type]
+        lock = co.lock
+        lock.acquire()  # (not `with`: see Coordinator.lock)
+        try:
+            decision = co.core.stage(self.txid, effect)
+        except (IllegalTransition, UnknownTransaction):
+            self._raise_if_settled()  # aborted (maybe by resolve) or settled: say so
+            raise
+        finally:
+            lock.release()
+        if decision is not PROCEED:
             return decision  # type: ignore[return-value]
-        return Ack("staged" if spec.effect is EffectClass.BUFFERABLE else "queued", key, spec.name)
+        return Ack(spec.ack_status, key, spec.name)
 
     def _staged(self, key: str) -> Effect | None:
         """This transaction's staged effect with this key, if there is one."""
-        with self.co.lock:
-            tx = self.co.core.get(self.txid)
-            if key not in tx.keys:
-                return None
-            return next(e for e in tx.effects if e.key == key)
+        return self.staged.get(key)
 
 
 class DriverHooks(Protocol):

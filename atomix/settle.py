@@ -44,7 +44,12 @@ def _batches(effects: Sequence[Effect]) -> list[tuple[Any, list[Effect]]]:
 
 def _steps(plan: CommitPlan) -> list[tuple[Callable[[], Any], list[Effect]]]:
     steps: list[tuple[Callable[[], Any], list[Effect]]] = []
-    for batch, effects in _batches(plan.apply):
+    apply = plan.apply
+    if len(apply) == 1 and apply[0].batch is None:  # the usual small case, without grouping
+        batches: list[tuple[Any, list[Effect]]] = [(None, [apply[0]])]
+    else:
+        batches = _batches(apply)
+    for batch, effects in batches:
         if batch is not None:
             steps.append((lambda b=batch, es=effects: b.apply_batch(es), effects))
         elif effects[0].apply is not None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from atomix.effects import AbortSource, Effect
 from atomix.errors import IllegalTransition
 from atomix.scopes import Scope
+
+if TYPE_CHECKING:
+    from atomix.decisions import Settlement
 
 
 class TxState(StrEnum):
@@ -39,6 +43,29 @@ TRANSITIONS: dict[tuple[TxState, TxEvent], TxState] = {
 
 TERMINAL = frozenset({TxState.COMMITTED, TxState.ABORTED})
 
+# Python 3.11's EnumType has a __getattr__, which makes every `TxState.OPEN` a slow lookup
+# (about 0.1 µs, a function call's worth); hot paths compare against these constants.
+OPEN = TxState.OPEN
+SEALED = TxState.SEALED
+WAITING = TxState.WAITING
+COMMITTED = TxState.COMMITTED
+ABORTED = TxState.ABORTED
+SEAL_EVENT = TxEvent.SEAL
+WAIT_EVENT = TxEvent.WAIT
+COMMIT_EVENT = TxEvent.COMMIT
+ABORT_EVENT = TxEvent.ABORT
+
+
+def _after(event: TxEvent) -> dict[TxState, TxState]:
+    return {state: nxt for (state, ev), nxt in TRANSITIONS.items() if ev is event}
+
+
+#: TRANSITIONS by event, for hot paths that know theirs: `AFTER_SEAL.get(state)` is the next
+#: state, or None where the table has no such step.
+AFTER_SEAL = _after(TxEvent.SEAL)
+AFTER_COMMIT = _after(TxEvent.COMMIT)
+AFTER_ABORT = _after(TxEvent.ABORT)
+
 
 def next_state(txid: int, state: TxState, event: TxEvent) -> TxState:
     """The state after `event`, or IllegalTransition (the caller then changes nothing)."""
@@ -48,30 +75,62 @@ def next_state(txid: int, state: TxState, event: TxEvent) -> TxState:
         raise IllegalTransition(txid, state.value, event.value) from None
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Transaction:
     """The runtime's record of one transaction: its footprint, staged effects and state.
 
-    Only the manager mutates it; drivers read it.
+    Only the manager mutates it, except `waited`, which the driver adds its waiting to (in
+    its own clock's units) and which the settlement reports; drivers read the rest. A driver
+    may have the manager make its own handle class, a subclass, as the record (see
+    `TransactionManager.begin`). Where it is registered follows from its footprint (or the
+    one global scope), so it keeps no separate list of registrations. Once finished, its
+    `settlement` is set, and the manager may forget it: the record stays with its holder.
     """
 
     txid: int
     epoch: int
     trace: str
-    group: str | None = None
-    branch: int = 0
-    state: TxState = TxState.OPEN
-    reads: dict[Scope, int] = field(default_factory=dict)  # scope -> log position of first read
-    effects: list[Effect] = field(default_factory=list)
-    effect_scopes: set[Scope] = field(default_factory=set)
+    group: str | None
+    branch: int
+    state: TxState
+    reads: dict[Scope, int]  # scope -> log position of first read
+    staged: dict[str, Effect]  # idempotency key -> effect, in staging order
+    effect_scopes: set[Scope]
     # scopes with an externalised reversible effect -> log position when it became visible
-    eager_scopes: dict[Scope, int] = field(default_factory=dict)
-    keys: set[str] = field(default_factory=set)
-    registered: set[Scope] = field(default_factory=set)  # index keys this tx holds
-    abort_source: AbortSource | None = None
-    abort_detail: str = ""
-    duplicates_suppressed: int = 0
-    finished: bool = False
+    eager_scopes: dict[Scope, int]
+    abort_source: AbortSource | None
+    abort_detail: str
+    duplicates_suppressed: int
+    finished: bool
+    waited: float
+    settlement: Settlement | None
+
+    # Written out: one record is made per transaction, and the generated __init__ would take
+    # every container as a parameter and call a factory for each.
+    def __init__(
+        self, txid: int, epoch: int, trace: str, group: str | None = None, branch: int = 0
+    ) -> None:
+        self.txid = txid
+        self.epoch = epoch
+        self.trace = trace
+        self.group = group
+        self.branch = branch
+        self.state = OPEN
+        self.reads = {}
+        self.staged = {}
+        self.effect_scopes = set()
+        self.eager_scopes = {}
+        self.abort_source = None
+        self.abort_detail = ""
+        self.duplicates_suppressed = 0
+        self.finished = False
+        self.waited = 0.0
+        self.settlement = None
+
+    @property
+    def effects(self) -> list[Effect]:
+        """The staged effects, in staging order."""
+        return list(self.staged.values())
 
     def footprint(self) -> set[Scope]:
         return set(self.reads) | self.effect_scopes

@@ -109,7 +109,7 @@ class TxModeSession(ModeSession):
         env, boundary, site = ctx.env, ctx.boundary, call.op_id
         reads = tool.reads(env, args)
         if reads:
-            await self._drive(tx.read(reads, self.driver))
+            await self._drive(tx.read_steps(reads, self.driver))
         if tool.effect is None:
             delivery = Delivery(None, ctx.meta(call.op_id, read=True))
             return await self._drive(_run(lambda: boundary.deliver(site, lambda: tool.run(env, args, delivery))))
@@ -117,7 +117,7 @@ class TxModeSession(ModeSession):
         scopes = tuple(self.trial.co.core.scope(s) for s in tool.writes(env, args))
         delivery = Delivery(key, ctx.meta(call.op_id, epoch=tx.epoch, idem=tool.idempotent))
         if tool.effect is EffectClass.REVERSIBLE:
-            await self._drive(tx.externalize(scopes, self.driver))
+            await self._drive(tx.externalize_steps(scopes, self.driver))
             assert tool.before is not None and tool.undo is not None
             before = tool.before(env, args)
             undo = tool.undo
@@ -135,13 +135,13 @@ class TxModeSession(ModeSession):
             except faults.AmbiguousToolError:
                 # The effect may have landed: it must be compensable at abort all the same.
                 await boundary.pay()
-                await self._drive(tx.stage(effect))
+                await self._drive(tx.stage_steps(effect))
                 raise
             except Exception:
                 await boundary.pay()
                 raise
             await boundary.pay()
-            await self._drive(tx.stage(effect))
+            await self._drive(tx.stage_steps(effect))
             return result
         effect = Effect(
             tool.name,
@@ -151,16 +151,16 @@ class TxModeSession(ModeSession):
             apply=lambda: boundary.deliver(site, lambda: tool.run(env, args, delivery)),
             payload=call,
         )
-        await self._drive(tx.stage(effect))
+        await self._drive(tx.stage_steps(effect))
         return Ack("staged" if tool.effect is EffectClass.BUFFERABLE else "queued", key, tool.name)
 
     async def commit(self) -> None:
         assert self.tx is not None
-        self.settlement = await self._drive(self.tx.commit(self.driver))
+        self.settlement = await self._drive(self.tx.commit_steps(self.driver))
 
     async def abort(self, source: AbortSource | str, detail: str = "") -> None:
         assert self.tx is not None
-        self.settlement = await self._drive(self.tx.abort(source, detail))
+        self.settlement = await self._drive(self.tx.abort_steps(source, detail))
 
 
 def _run(fn: Any) -> Steps:

@@ -901,7 +901,7 @@ def test_no_scope_on_read_registers_nothing() -> None:
     mgr = TransactionManager(RuntimeOptions(scope_on_read=False))
     reader, writer = mgr.begin(), mgr.begin()
     assert isinstance(mgr.read(reader.txid, [X]), Proceed)
-    assert reader.reads == {} and reader.registered == set()
+    assert reader.footprint() == set()  # its registrations follow from its footprint
     mgr.stage(writer.txid, put(mgr, X, "w"))
     assert isinstance(commit(mgr, writer), CommitPlan)  # the earlier reader is not waited for
 

@@ -593,10 +593,10 @@ def test_branches_that_all_fail_leave_nothing_tracked(w: World) -> None:
             w.book(300 + i)
             raise RuntimeError("failed")
     # only the two sealed, live branches still await resolve
-    assert set(w.rt._branches["gone"]) == {first[1].txid, first[2].txid}
+    assert {t.txid for t in w.rt.core.active()} == {first[1].txid, first[2].txid}
     winner, losers = w.rt.resolve("gone", _speculate(w, "gone", 1)[0])
     assert winner.committed and len(losers) == 2  # 2 sealed live ones; the failures settled
-    assert w.rt._branches == {} and w.rt.core.active() == []
+    assert w.rt.core.active() == [] and w.rt.core._groups == {} and w.rt.core._txs == {}
 
 
 @pytest.mark.parametrize("round_", range(5))
@@ -629,7 +629,7 @@ def test_branches_committing_at_once_in_threads_leave_exactly_one_winner(round_:
     (win,) = winners
     assert w.store == {"answer": win} and w.seats == {10 * round_ + win}
     assert all(b.settlement is not None for b in branches)
-    assert w.rt.core.active() == [] and w.rt._branches == {}
+    assert w.rt.core.active() == [] and w.rt.core._groups == {} and w.rt.core._txs == {}
 
 
 def test_a_rival_resolving_while_the_winner_compensates_it_loses_cleanly(w: World) -> None:
@@ -659,7 +659,7 @@ def test_a_rival_resolving_while_the_winner_compensates_it_loses_cleanly(w: Worl
     assert winner.committed and w.store == {"answer": "a"} and w.seats == set()
     assert rival["exc"].source == "losing_speculation" and rival["exc"].txid == b.txid
     assert [s.txid for s in losers] == [b.txid] and b.settlement is losers[0]
-    assert w.rt.core.active() == [] and w.rt._branches == {}
+    assert w.rt.core.active() == [] and w.rt.core._groups == {} and w.rt.core._txs == {}
 
 
 def test_many_branches_and_a_non_group_transaction(w: World) -> None:

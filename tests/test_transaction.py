@@ -99,7 +99,7 @@ def _snapshot(tx: Transaction) -> dict[str, object]:
     return {
         name: copy.copy(getattr(tx, name))
         for name in (
-            "state", "reads", "effect_scopes", "eager_scopes", "keys", "registered",
+            "state", "reads", "effect_scopes", "eager_scopes", "staged",
             "abort_source", "abort_detail", "finished",
         )
     }
