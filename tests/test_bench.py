@@ -16,6 +16,7 @@ def test_quick_benchmark_runs_and_reports_every_figure(capsys: pytest.CaptureFix
     for k in (2, 4, 8, 16):
         assert any(row.split()[:1] == [str(k)] for row in out.splitlines())
     assert "K = 16 per branch" in out and "K = 16 target" in out
+    assert "machine reference" in out
 
 
 def test_speculation_bench_checks_that_exactly_the_winner_committed() -> None:
