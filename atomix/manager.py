@@ -545,7 +545,7 @@ class TransactionManager:
         `residue` lists compensations that failed; the world under them changed for good, so
         readers of those scopes become stale. `waited` is added to the record's own. The
         settlement is also set on the record. With `forget`, the manager drops the record too,
-        as `forget` would.
+        as `forget` would, and the record its staged effects.
         """
         try:
             tx = self._txs[txid]
@@ -609,6 +609,9 @@ class TransactionManager:
             if group is not None and record.unfinished > 0:
                 record.members.pop(tx.txid, None)
             del self._txs[tx.txid]
+            # Its holder keeps the record: not the effects' closures and payloads, which
+            # nothing needs once the settlement says what became of them.
+            tx.staged = {}
         return settlement, sorted(waiters) if waiters else []
 
     def _settlement(
@@ -708,3 +711,4 @@ class TransactionManager:
             if record is not None:
                 record.members.pop(tx.txid, None)
         del self._txs[tx.txid]
+        tx.staged = {}  # as in _finish

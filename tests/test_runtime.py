@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -92,6 +95,31 @@ def test_commit_on_exit_applies_releases_and_accepts(w: World) -> None:
     assert s.waited == 0.0
     assert w.store == {"x": 1} and w.outbox == [("ann", "hi")] and w.seats == {7}
     assert w.rt.settlements[-1] is s
+
+
+def test_a_settled_handle_keeps_its_settlement_but_not_its_effects_payloads() -> None:
+    """The handle is the core's record, and outlives the core's interest in it: once settled
+    it must not keep what its effects carried (closures, arguments) alive."""
+    rt = Runtime()
+
+    class Payload:
+        pass
+
+    put = rt.tool(lambda k, blob: None, effect="bufferable", writes="mem:{k}", name="put")
+    handles = []
+    for outcome in ("commit", "abort"):
+        blob = Payload()
+        alive = weakref.ref(blob)
+        with contextlib.suppress(RuntimeError), rt.transaction() as tx:
+            put(1, blob)
+            if outcome == "abort":
+                raise RuntimeError("abort")
+        del blob
+        gc.collect()
+        assert alive() is None, f"after {outcome}, the handle keeps its effect's payload alive"
+        assert tx.settlement is not None and len(tx.settlement.applied + tx.settlement.dropped) == 1
+        handles.append(tx)
+    assert rt.core.active() == [] and rt.core._txs == {}
 
 
 def test_exception_aborts_drops_and_compensates_in_reverse_order(w: World) -> None:
