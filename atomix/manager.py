@@ -396,7 +396,9 @@ class TransactionManager:
         group = tx.group
         record = self._groups.get(group) if group is not None else None  # type: ignore[arg-type]
         if record is not None and record.picked is None:
-            live = [t for t, other in record.members.items() if t != txid and other.state not in TERMINAL]
+            live = [
+                t for t, other in record.members.items() if t != txid and other.state not in TERMINAL
+            ]
             if live:
                 raise IllegalTransition(
                     txid,
@@ -429,7 +431,9 @@ class TransactionManager:
                 real.stamp(scope, epoch, write=False)
         eager = tx.eager_scopes
         for scope in tx.effect_scopes:
-            real.stamp(scope, epoch, write=True, visible_seq=eager.get(scope, commit_seq) if eager else commit_seq)
+            # An externalised effect became visible when it ran; a deferred one, at commit.
+            visible = eager.get(scope, commit_seq) if eager else commit_seq
+            real.stamp(scope, epoch, write=True, visible_seq=visible)
         apply: list[Effect] = []
         release: list[Effect] = []
         accept: list[Effect] = []

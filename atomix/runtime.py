@@ -372,8 +372,9 @@ class Runtime:
         losers = resolution.settled  # in begin order
         if compensating:
             settled = {s.txid: s for s in losers}
+            drive = winner._driver.drive
             for loser, plan in compensating:
-                settled[plan.txid] = winner._driver.drive(loser.settle_abort_steps(plan))  # type: ignore[attr-defined]
+                settled[plan.txid] = drive(loser.settle_abort_steps(plan))  # type: ignore[attr-defined]
             losers = [settled[txid] for txid in sorted(settled)]
         if resolution.decision is None:
             source, detail = lost

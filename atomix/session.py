@@ -345,7 +345,8 @@ class TxSession(Transaction):
             scopes = tuple(map(co.scope, spec.write_scopes(args)))
         # Positional: a keyword call is measurably slower on this path. A partial is one
         # object where a closure over fn and kwargs would be four.
-        effect = Effect(spec.name, spec.effect, scopes, key, partial(spec.fn, **kwargs), None, None, args)  # type: ignore[arg-type]
+        apply = partial(spec.fn, **kwargs)
+        effect = Effect(spec.name, spec.effect, scopes, key, apply, None, None, args)  # type: ignore[arg-type]
         lock = co.lock
         lock.acquire()  # (not `with`: see Coordinator.lock)
         try:
