@@ -334,6 +334,7 @@ class TxSession(Transaction):
         """Stage a bufferable call or queue an irreversible one; no waiting is ever needed,
         so drivers call this directly (every deferred call's path) for tools without reads.
         An AbortPlan means the core aborted the transaction: settle it and raise."""
+        # self.key(spec.name, spec.key_part(args)), spelled out: one call per deferred effect
         key = f"{self.key_prefix}{spec.key_head}{spec.key_of(args)}"
         kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
         co = self.co
