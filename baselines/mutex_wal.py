@@ -38,8 +38,9 @@ from harness.modes import Aborted, AgentContext, ModeSession, ModeSettings, Tria
 from harness.substrates import TrialEnv
 from harness.tooling import Delivery, ToolCall, ToolError
 
-# WAL outcome statuses that mean the effect cannot have landed, so rollback skips them.
-_NOT_APPLIED = frozenset({"not-applied", "refused"})
+# WAL outcome statuses that mean the effect cannot have landed, so rollback skips them: only
+# the tool's own refusal says so; an error or a timeout may have landed.
+_NOT_APPLIED = frozenset({"refused"})
 
 
 def _encode(value: Any) -> Any:
@@ -196,11 +197,8 @@ class MutexWalSession(ModeSession):
         try:
             result = boundary.deliver(site, lambda: tool.run(env, args, delivery))
             status = "applied"
-        except (faults.TransientToolError, faults.ToolTimeout):
-            status = "not-applied"  # these faults fire before the effect
-            raise
-        except faults.AmbiguousToolError:
-            status = "ambiguous"
+        except faults.ToolFault:
+            status = "ambiguous"  # an error or a timeout: it may have landed, nothing says
             raise
         except ToolError:
             status = "refused"  # the tool's own precondition failed: no effect

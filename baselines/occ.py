@@ -26,7 +26,6 @@ from typing import Any
 
 from atomix.effects import AbortSource, EffectClass
 from atomix.scopes import Scope, parse_scope
-from harness import faults
 from harness.clock import VirtualClock
 from harness.modes import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
 from harness.substrates import TrialEnv
@@ -111,16 +110,17 @@ class OccSession(ModeSession):
         delivery = Delivery(None, ctx.meta(site, idem=tool.idempotent))
         revocable = tool.effect is not EffectClass.IRREVERSIBLE
         before = tool.before(env, args) if revocable and tool.before is not None else None
-        applied = True  # unless the failure says the effect never happened
+        applied = True  # unless the tool's own refusal says the effect never happened
         try:
             return boundary.deliver(site, lambda: tool.run(env, args, delivery))
-        except (faults.TransientToolError, faults.ToolTimeout, ToolError):
+        except ToolError:
             applied = False
             raise
         finally:
             if applied:
-                # The version moves with the data (an app bumps it in the same statement), so
-                # also after an ambiguous failure, whose effect did land.
+                # The version moves with the data (an app bumps it in the same statement). A
+                # failed call may have landed and nothing says whether, so it is treated as a
+                # write too: bump, and restore its before-image at rollback.
                 scopes = tuple(parse_scope(s) for s in tool.writes(env, args))
                 for scope in scopes:
                     versions.bump(scope, ctx.trace)

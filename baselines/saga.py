@@ -68,8 +68,8 @@ class SagaSession(ModeSession):
         undo = Delivery(None, {**delivery.meta, "undo": True})
         try:
             result = boundary.deliver(site, lambda: tool.run(env, args, delivery))
-        except faults.AmbiguousToolError:
-            # The effect may have landed: it must be compensable at abort all the same.
+        except faults.ToolFault:
+            # A failed call may have landed (nothing says whether): compensable all the same.
             if revocable:
                 self.compensations.append(Compensation(call, before, undo))
             raise

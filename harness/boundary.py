@@ -31,7 +31,9 @@ class Boundary:
         rng: random.Random,
     ) -> None:
         self.clock = clock
-        self.injector = injector
+        # Private: a mode reaches the boundary through its context and must never ask the
+        # injector what it decided (DESIGN.md §4); the trial reads its records for the oracle.
+        self._injector = injector
         self.latency_ms = latency_ms
         self.jitter_ms = jitter_ms
         self.rng = rng
@@ -46,14 +48,14 @@ class Boundary:
     def deliver(self, site: str, call: Callable[[], T], *, meta: dict[str, Any] | None = None) -> T:
         self._charge()
         try:
-            return faults.deliver(self.injector, site, call, meta=meta)
+            return faults.deliver(self._injector, site, call, meta=meta)
         except faults.ToolTimeout as exc:
             self.debt_ms += exc.stall_ms
             raise
 
     def compensate(self, site: str, call: Callable[[], T], *, meta: dict[str, Any] | None = None) -> T:
         self._charge()
-        return faults.compensate(self.injector, site, call, meta=meta)
+        return faults.compensate(self._injector, site, call, meta=meta)
 
     async def pay(self) -> None:
         """Advance this agent's virtual time by what its deliveries cost so far."""

@@ -26,7 +26,6 @@ T = TypeVar("T")
 
 __all__ = [
     "FAULTS",
-    "AmbiguousToolError",
     "CompensationFailed",
     "FaultClass",
     "FaultConfig",
@@ -34,9 +33,9 @@ __all__ = [
     "FaultSpec",
     "InjectedFault",
     "Point",
+    "ToolCallFailed",
     "ToolFault",
     "ToolTimeout",
-    "TransientToolError",
     "compensate",
     "deliver",
     "derive_trial_seed",
@@ -65,6 +64,12 @@ class Point(StrEnum):
 
 
 # --------------------------------------------------------------------------- exceptions
+#
+# What a mode observes carries no fault class. F1 (failed before its effect) and F2 (effect
+# applied, then failed) reach every mode as the same `ToolCallFailed`, with the same message
+# and attributes: only the mechanism's own means (idempotency keys honoured by the substrate,
+# reading state back, a before-image) can tell whether the effect landed. The class is in the
+# injector's records, which only the oracle and the tables read.
 
 
 def _rebuild_fault(cls: type[ToolFault], args: tuple[Any, ...], state: dict[str, Any]) -> ToolFault:
@@ -75,25 +80,22 @@ def _rebuild_fault(cls: type[ToolFault], args: tuple[Any, ...], state: dict[str,
 
 
 class ToolFault(Exception):
-    """An injected fault surfaced to a mode. `fault` says which class, `site` which logical call.
+    """A failure observed at the tool boundary, about the logical call `site`.
 
-    Every mode catches this same hierarchy, so no mode can be told about a fault in a way the
-    others are not.
+    Guarantees: it says only what a caller of a real service would see (an error, a timeout,
+    a failed compensation), never which injected class caused it.
     """
 
-    fault: FaultClass
     site: str
 
-    def __init__(self, fault: FaultClass, site: str, message: str | None = None) -> None:
-        self.fault = FaultClass(fault)
+    def __init__(self, site: str, message: str | None = None) -> None:
         self.site = site
-        default = f"injected {self.fault} at {site!r}: {FAULTS[self.fault].description}"
-        super().__init__(message or default)
+        super().__init__(message or f"call {site!r} failed")
 
     @classmethod
-    def injected(cls, site: str, *, result: Any, config: FaultConfig) -> Self:
+    def injected(cls, site: str, *, config: FaultConfig) -> Self:
         """Build the exception for a fault `deliver`/`compensate` just injected."""
-        return cls(site)  # type: ignore[call-arg]  # subclasses fix `fault` themselves
+        return cls(site)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Subclass constructors take different arguments than `args`, so the default
@@ -101,48 +103,35 @@ class ToolFault(Exception):
         return (_rebuild_fault, (type(self), self.args, dict(self.__dict__)))
 
 
-class TransientToolError(ToolFault):
-    """F1: the call failed before its effect; the substrate is untouched."""
+class ToolCallFailed(ToolFault):
+    """The call returned an error. Whether its effect landed is unknown to the caller (F1 and
+    F2 both end here)."""
 
     def __init__(self, site: str, message: str | None = None) -> None:
-        super().__init__(FaultClass.F1, site, message)
+        super().__init__(site, message or f"call {site!r} failed: the service returned an error")
 
 
-class AmbiguousToolError(ToolFault):
-    """F2: the effect WAS applied, then the call failed before returning.
-
-    `result` is what the real call returned, which the mode never saw.
-    """
-
-    def __init__(self, site: str, result: Any = None, message: str | None = None) -> None:
-        self.result = result
-        super().__init__(FaultClass.F2, site, message)
-
-    @classmethod
-    def injected(cls, site: str, *, result: Any, config: FaultConfig) -> Self:
-        return cls(site, result=result)
-
-
-class ToolTimeout(ToolFault):
-    """F5: the call stalled for `stall_ms` and was cancelled; the effect was not applied.
+class ToolTimeout(ToolCallFailed):
+    """The call did not answer within its deadline (`stall_ms`) and was cancelled. Whether its
+    effect landed is unknown to the caller, as after any failed call.
 
     The virtual-clock driver charges `stall_ms` to the caller; nothing here sleeps.
     """
 
     def __init__(self, site: str, stall_ms: float, message: str | None = None) -> None:
         self.stall_ms = stall_ms
-        super().__init__(FaultClass.F5, site, message)
+        super().__init__(site, message or f"call {site!r} timed out after {stall_ms:g} ms")
 
     @classmethod
-    def injected(cls, site: str, *, result: Any, config: FaultConfig) -> Self:
+    def injected(cls, site: str, *, config: FaultConfig) -> Self:
         return cls(site, stall_ms=config.stall_ms)
 
 
 class CompensationFailed(ToolFault):
-    """F3: a compensation failed; the compensated effect is still in place."""
+    """A compensation returned an error; the effect it should have undone is still in place."""
 
     def __init__(self, site: str, message: str | None = None) -> None:
-        super().__init__(FaultClass.F3, site, message)
+        super().__init__(site, message or f"compensation of {site!r} failed")
 
 
 # --------------------------------------------------------------------------- registry
@@ -154,7 +143,7 @@ class FaultSpec:
 
     `deliveries` is how many times the real call reaches the substrate when this fault fires,
     and `error` what is raised to the mode afterwards (None: the mode sees a normal return of
-    the last delivery).
+    the last delivery). Different classes may raise the same error: that is the point.
     """
 
     name: FaultClass
@@ -172,14 +161,14 @@ FAULTS: Mapping[FaultClass, FaultSpec] = {
             "fails before its effect (transient error)",
             frozenset({Point.CALL}),
             deliveries=0,
-            error=TransientToolError,
+            error=ToolCallFailed,
         ),
         FaultSpec(
             FaultClass.F2,
             "effect applied, then the call fails before returning (ambiguous)",
             frozenset({Point.CALL}),
             deliveries=1,
-            error=AmbiguousToolError,
+            error=ToolCallFailed,
         ),
         FaultSpec(
             FaultClass.F3,
@@ -473,7 +462,7 @@ def _through(
         result = call()
     if spec.error is not None:
         assert injector is not None
-        raise spec.error.injected(site, result=result, config=injector.config)
+        raise spec.error.injected(site, config=injector.config)
     return result
 
 
@@ -486,10 +475,10 @@ def deliver(
 ) -> T:
     """Make a forward tool call through the fault boundary (point CALL).
 
-    No fault: one call, its result. F1: no call, TransientToolError. F2: one call, then
-    AmbiguousToolError carrying `.result`. F4: exactly two deliveries, the second result is
-    returned and nothing is raised. F5: no call, ToolTimeout with `.stall_ms` (the
-    virtual-clock driver charges it). A real exception from `call` propagates unchanged and
+    No fault: one call, its result. F1: no call, then ToolCallFailed. F2: one call, then the
+    same ToolCallFailed (the caller cannot tell the two apart). F4: exactly two deliveries,
+    the second result is returned and nothing is raised. F5: no call, ToolTimeout with
+    `.stall_ms` (the virtual-clock driver charges it). A real exception from `call` propagates unchanged and
     pre-empts the injected one. `injector=None` means no injection.
     """
     return _through(injector, Point.CALL, site, call, meta)

@@ -132,8 +132,10 @@ class TxModeSession(ModeSession):
             )
             try:
                 result = boundary.deliver(site, lambda: tool.run(env, args, delivery))
-            except faults.AmbiguousToolError:
-                # The effect may have landed: it must be compensable at abort all the same.
+            except faults.ToolFault:
+                # A failed call may or may not have landed, and nothing says which: it must be
+                # compensable at abort all the same (restoring the before-image is harmless
+                # if it never landed, since the externalised scopes are this transaction's).
                 await boundary.pay()
                 await self._drive(tx.stage_steps(effect))
                 raise

@@ -20,14 +20,13 @@ from harness.agent import AgentPolicy, Step, Task, run_agent
 from harness.boundary import Boundary
 from harness.clock import VirtualClock
 from harness.faults import (
-    AmbiguousToolError,
     FaultClass,
     FaultConfig,
     FaultInjector,
     InjectedFault,
     Point,
+    ToolCallFailed,
     ToolTimeout,
-    TransientToolError,
 )
 from harness.modes import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, get_mode
 from harness.oracle import duplicates, judge, leaks, residue
@@ -249,23 +248,27 @@ def test_saga_counts_a_failed_compensation_as_reported_residue(rig_factory: Any)
     assert verdict.residue == 1 and verdict.unclassified_residue == 0
 
 
-def test_saga_compensates_an_ambiguous_call_but_not_a_failed_one(rig_factory: Any) -> None:
+def test_saga_compensates_every_failed_call_since_it_cannot_tell_which_landed(
+    rig_factory: Any,
+) -> None:
     rig = rig_factory("saga", Scripted({(Point.CALL, "a0/t/0", 0): FaultClass.F2,
                                         (Point.CALL, "a0/t/1", 0): FaultClass.F1}))
     initial = world(rig.env)
     session = rig.session()
 
     async def scenario() -> None:
-        with pytest.raises(AmbiguousToolError):
+        with pytest.raises(ToolCallFailed):
             await session.call(call("buf_add", "a0/t/0", name="c3", amount=7))
-        with pytest.raises(TransientToolError):
+        with pytest.raises(ToolCallFailed):
             await session.call(call("db_incr", "a0/t/1", table="counters", k=0, by=1))
         await session.abort(AbortSource.TOOL_FAILURE, "test")
 
     rig.run(scenario())
     assert world(rig.env) == initial
     undone = [op.meta["op"] for op in mutations(rig.env) if op.meta.get("undo")]
-    assert undone == ["a0/t/0"]  # the F1 call never landed: nothing to compensate
+    # Newest first; the F1 call never landed, but the saga cannot know that, and restoring
+    # its before-image is harmless.
+    assert undone == ["a0/t/1", "a0/t/0"]
     assert residue(rig.env.oplog.ops(), committed=set()) == 0
 
 
@@ -275,7 +278,7 @@ def test_saga_commit_keeps_a_duplicate_from_a_retried_ambiguous_call(rig_factory
     c = call("db_incr", "a0/t/0", table="counters", k=1, by=3)
 
     async def scenario() -> None:
-        with pytest.raises(AmbiguousToolError):
+        with pytest.raises(ToolCallFailed):
             await session.call(c)
         await session.call(c)  # the agent retries the step: no key, so it applies again
         await session.commit()
@@ -404,7 +407,7 @@ def test_tcc_try_checks_preconditions_and_can_fault(rig_factory: Any) -> None:
     async def scenario() -> None:
         with pytest.raises(ToolError):
             await session.call(call("book", "a0/t/0", slot=0, who="a0"))
-        with pytest.raises(TransientToolError):
+        with pytest.raises(ToolCallFailed):
             await session.call(call("buf_put", "a0/t/1", name="k0", value=1))
         await session.commit()
 
