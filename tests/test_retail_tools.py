@@ -213,7 +213,7 @@ def test_cancel_refunds_gift_card_at_once(db):
     assert card["balance"] == round(balance + 4079.45, 2)
 
 
-def test_modify_items_task21_pays_by_gift_card_per_item(db):
+def test_modify_items_task21_pays_per_item_but_copies_the_last_variant(db):
     out = call_tool(db, "modify_pending_order_items", {
         "order_id": PENDING_T21, "item_ids": ["9791469541", "1340995114"],
         "new_item_ids": ["4107812777", "1421289881"], "payment_method_id": "gift_card_4332117"})
@@ -226,14 +226,18 @@ def test_modify_items_task21_pays_by_gift_card_per_item(db):
     assert last["payment_method_id"] == "gift_card_4332117"
     assert round(last["amount"], 2) == 41.92
     items = {i["item_id"]: i for i in out["items"]}
-    # Each item takes its own variant's price and options (not the last pair's).
-    assert items["4107812777"]["price"] == 155.33 and items["4107812777"]["name"] == "Running Shoes"
-    assert items["1421289881"]["price"] == 268.77
-    assert items["1421289881"]["options"] == {"switch type": "linear", "backlight": "none",
-                                              "size": "80%"}
-    # Options are copied, not shared with the catalog.
-    db["orders"][PENDING_T21]["items"][1]["options"]["size"] = "x"
+    # Upstream tau2 (leaked loop variable, kept on purpose): the payment used per-item prices,
+    # but BOTH items get the last new variant's (the keyboard's) price and options; only the
+    # item id is per item, and the name and product stay the shoes'.
+    keyboard = {"switch type": "linear", "backlight": "none", "size": "80%"}
+    assert items["4107812777"]["name"] == "Running Shoes"
+    assert items["4107812777"]["price"] == 268.77 and items["4107812777"]["options"] == keyboard
+    assert items["1421289881"]["price"] == 268.77 and items["1421289881"]["options"] == keyboard
+    # Options are copied per item, not shared with the catalog or with each other.
+    stored = {i["item_id"]: i for i in db["orders"][PENDING_T21]["items"]}
+    stored["1421289881"]["options"]["size"] = "x"
     assert db["products"]["1656367028"]["variants"]["1421289881"]["options"]["size"] == "80%"
+    assert stored["4107812777"]["options"] == keyboard
 
 
 def test_modify_payment_to_gift_card_and_address_after_item_change(db):
