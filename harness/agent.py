@@ -12,10 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from atomix.effects import AbortSource
+from atomix.effects import AbortSource, EffectClass
 from harness import faults
 from harness.clock import Sleep
 from harness.modes import Aborted, AgentContext, ModeSession, TrialMode
+from harness.policies import Failure, GoldPolicy, Policy, Reaction
 from harness.substrates import TrialEnv
 from harness.tooling import ToolCall, ToolDef, ToolError
 
@@ -92,35 +93,113 @@ class AgentOutcome:
     blocked_ms: float = 0.0
     finished_at_ms: float = 0.0
     reported_residue: int = 0
+    # Calls the agent made to irreversible tools (whatever the mode did with them): the
+    # denominator a leakage cell needs to say whether it was exercised at all.
+    irreversible_calls: int = 0
+    steps: int = 0  # tool calls the agent issued (tau2's step count)
+    reactions: list[str] = field(default_factory=list)  # its reaction to each failed call
     results: dict[str, Any] = field(default_factory=dict)
 
 
 class StepFailed(Exception):
-    """A step kept failing after its retries, or the tool refused it."""
+    """The agent stops its attempt: it gave up, restarts, or its step budget ran out."""
 
     def __init__(
-        self, message: str, source: AbortSource = AbortSource.TOOL_FAILURE, *, permanent: bool = False
+        self,
+        message: str,
+        source: AbortSource = AbortSource.TOOL_FAILURE,
+        *,
+        permanent: bool = False,
+        restart: bool = True,
     ) -> None:
         super().__init__(message)
         self.source = source
         self.permanent = permanent  # the tool refused: trying the plan again cannot help
+        self.restart = restart  # False: the agent ends the task (gave up, or out of budget)
 
 
-async def _call_with_retries(
-    session: ModeSession, call: ToolCall, policy: AgentPolicy
-) -> Any:
-    last: BaseException | None = None
-    for _ in range(policy.step_retries + 1):
+class _Budget:
+    """Tool calls the agent may still issue (tau2's max_steps); None: unlimited."""
+
+    def __init__(self, max_steps: int | None) -> None:
+        self.max_steps = max_steps
+        self.used = 0
+
+    def spend(self, call: ToolCall) -> None:
+        if self.max_steps is not None and self.used >= self.max_steps:
+            raise StepFailed(
+                f"step budget of {self.max_steps} tool calls exhausted before {call.name}",
+                restart=False,
+            )
+        self.used += 1
+
+
+async def _deliver(
+    session: ModeSession, call: ToolCall, policy: Policy, budget: _Budget
+) -> tuple[bool, Any, Failure | None]:
+    """One agent call, plus the integration's wrapper retries below the agent (not charged
+    to the budget). Returns (ok, result, failure)."""
+    budget.spend(call)
+    wrapper = policy.wrapper_retries
+    for attempt in range(wrapper + 1):
         try:
-            return await session.call(call)
+            return True, await session.call(call), None
         except faults.ToolFault as exc:
-            last = exc
+            if attempt < wrapper:
+                continue
+            kind: Any = "timeout" if isinstance(exc, faults.ToolTimeout) else "error"
+            return False, None, Failure(0, call.name, kind, str(exc), 0, call.tool.effect is None)
         except ToolError as exc:
-            if not policy.tool_errors_fatal:
-                return {"error": str(exc)}
-            raise StepFailed(f"{call.name}: {exc}", permanent=True) from exc
-    source = AbortSource.TIMEOUT if isinstance(last, faults.ToolTimeout) else AbortSource.TOOL_FAILURE
-    raise StepFailed(f"{call.name}: {last}", source) from last
+            return False, None, Failure(0, call.name, "refused", str(exc), 0, call.tool.effect is None)
+    raise AssertionError("unreachable")
+
+
+async def _perform(
+    session: ModeSession,
+    step_at: Callable[[int, dict[str, Any], dict[str, Any] | None], ToolCall],
+    index: int,
+    memory: dict[str, Any],
+    policy: Policy,
+    budget: _Budget,
+    rng: random.Random,
+    tools_alt: Callable[[ToolCall, random.Random], dict[str, Any] | None],
+    outcome: AgentOutcome,
+) -> tuple[Any, int]:
+    """Issue step `index` until it succeeds or the policy moves on.
+
+    Returns (what the agent remembers of the step, the index of the next step).
+    """
+    tries = 0
+    args: dict[str, Any] | None = None
+    while True:
+        call = step_at(index, memory, args)
+        if call.tool.effect is EffectClass.IRREVERSIBLE:
+            outcome.irreversible_calls += 1
+        ok, result, failure = await _deliver(session, call, policy, budget)
+        if ok:
+            return result, index + 1
+        assert failure is not None
+        tries += 1
+        failure = Failure(index, failure.tool, failure.kind, failure.message, tries, failure.read_only)
+        decision = policy.react(failure, rng)
+        outcome.reactions.append(decision.reaction.value)
+        reaction = decision.reaction
+        if reaction is Reaction.RETRY:
+            continue
+        if reaction is Reaction.ALTER:
+            args = tools_alt(call, rng)  # None: nothing plausible to change, so the same call
+            continue
+        if reaction is Reaction.CARRY_ON:
+            return {"error": failure.message}, index + 1
+        if reaction is Reaction.REPLAN:
+            assert decision.to_step is not None
+            return None, decision.to_step
+        raise StepFailed(
+            f"{call.name}: {failure.message}",
+            decision.source,
+            permanent=decision.permanent,
+            restart=reaction is Reaction.RESTART,
+        )
 
 
 async def run_agent(
@@ -130,12 +209,28 @@ async def run_agent(
     tools: Mapping[str, ToolDef],
     policy: AgentPolicy,
     rng: random.Random,
+    behaviour: Policy | None = None,
+    reactions: random.Random | None = None,
 ) -> AgentOutcome:
-    """Run `task` to commit (or give up) under the trial's mode."""
+    """Run `task` to commit (or give up) under the trial's mode.
+
+    `behaviour` decides how the agent reacts to failed calls (default: the gold policy with
+    `policy`'s knobs), drawing from `reactions` (default: `rng`). A step budget, when set, counts every tool call the agent issues,
+    repeated ones included, as tau2 counts them.
+    """
+    if behaviour is None:
+        behaviour = GoldPolicy(policy.step_retries, policy.tool_errors_fatal)
     outcome = AgentOutcome(agent="", task_id=task.task_id)
+    budget = _Budget(behaviour.max_steps)
+    draws = reactions if reactions is not None else rng
     resume: tuple[int, dict[str, Any]] | None = None
     ctx: AgentContext | None = None
     tx_attempt = 0  # the transaction's identity; a checkpoint resume continues the same one
+
+    def alternative(call: ToolCall, rng: random.Random) -> dict[str, Any] | None:
+        alt = call.tool.alternatives
+        return alt(ctx.env, dict(call.args), rng) if alt is not None and ctx is not None else None
+
     while outcome.attempts < policy.max_attempts:
         outcome.attempts += 1
         if resume is None:
@@ -145,22 +240,42 @@ async def run_agent(
         ctx.extra["declared_scopes"] = declared_scopes(task, tools, ctx.env)
         session = trial.session(ctx)
         start, memory = (0, {}) if resume is None else (resume[0], dict(resume[1]))
+
+        def step_at(
+            index: int, memory: dict[str, Any], args: dict[str, Any] | None, *, prefix: str = "",
+            ctx: AgentContext = ctx,
+        ) -> ToolCall:
+            step = task.steps[index]
+            if args is None:
+                args = step.args(memory) if callable(step.args) else dict(step.args)
+            return ToolCall(tools[step.tool], args, op_id=f"{ctx.agent}/{task.task_id}/{prefix}{index}")
+
+        def validate_at(
+            index: int, memory: dict[str, Any], args: dict[str, Any] | None
+        ) -> ToolCall:
+            return step_at(index, memory, args, prefix="v")
+
         try:
             await session.begin()
-            for index in range(start, len(task.steps)):
-                step = task.steps[index]
+            index = start
+            while index < len(task.steps):
                 lo, hi = policy.plan_delay_ms
                 if hi > 0:
                     await Sleep(rng.uniform(lo, hi))
-                args = step.args(memory) if callable(step.args) else dict(step.args)
-                call = ToolCall(tools[step.tool], args, op_id=f"{ctx.agent}/{task.task_id}/{index}")
-                memory[step.save_as or f"step{index}"] = await _call_with_retries(session, call, policy)
-                session.checkpoint(index + 1, memory)
+                step = task.steps[index]
+                result, following = await _perform(
+                    session, step_at, index, memory, behaviour, budget, draws, alternative, outcome
+                )
+                if following > index:
+                    memory[step.save_as or f"step{index}"] = result
+                    session.checkpoint(following, memory)
+                index = following
             for index in task.validate:
                 step = task.steps[index]
-                args = step.args(memory) if callable(step.args) else dict(step.args)
-                again = ToolCall(tools[step.tool], args, op_id=f"{ctx.agent}/{task.task_id}/v{index}")
-                if await _call_with_retries(session, again, policy) != memory[step.save_as or f"step{index}"]:
+                again, _ = await _perform(
+                    session, validate_at, index, memory, behaviour, budget, draws, alternative, outcome
+                )
+                if again != memory[step.save_as or f"step{index}"]:
                     detail = f"step {index} reads something else now"
                     await session.abort(AbortSource.STALE_READ, detail)
                     raise Aborted(AbortSource.STALE_READ, detail, retryable=False)
@@ -190,6 +305,8 @@ async def run_agent(
                 outcome.aborts.append(exc.source.value)
             except Aborted as again:
                 outcome.aborts.append(again.source.value)
+            if not exc.restart:
+                break
             resume = session.restore()
             if resume is None and (exc.permanent or not session.restarts_after_abort):
                 break
@@ -200,5 +317,6 @@ async def run_agent(
     else:
         outcome.failure = outcome.failure or f"gave up after {policy.max_attempts} attempts"
     assert ctx is not None
+    outcome.steps = budget.used
     outcome.finished_at_ms = ctx.clock.now
     return outcome

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from harness.faults import FaultConfig
 from harness.modes import ModeSettings
+from harness.policies import AgentConfig
 
 
 class ConfigError(ValueError):
@@ -63,6 +64,12 @@ class TableModel(_Strict):
     rows: str = "mode"
     title: str = ""
     method: Literal["clopper-pearson", "wilson"] = "clopper-pearson"
+    # What must have occurred in a cell for it to be a result (else "n/a (not exercised)");
+    # None: the default rule of harness.report.is_exercised.
+    requires: Literal[
+        "faults", "F1", "F2", "F3", "F4", "F5",
+        "aborts", "compensations", "irreversible_calls", "sends", "none",
+    ] | None = None
 
 
 class PlotModel(_Strict):
@@ -93,6 +100,7 @@ class ExperimentConfig(_Strict):
     cells: list[dict[str, Any]] = []
     labels: dict[str, str] = {}
     settings: SettingsModel = SettingsModel()
+    agent: AgentConfig = AgentConfig()
     tool: ToolModel = ToolModel()
     report: ReportModel = ReportModel()
 

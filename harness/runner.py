@@ -82,6 +82,7 @@ def plan(config: ExperimentConfig) -> list[TrialSpec]:
                         latency_ms=cfg.tool.latency_ms,
                         jitter_ms=cfg.tool.jitter_ms,
                         params=cfg.params,
+                        agent=cfg.agent,
                     )
                 )
     return specs

@@ -40,6 +40,9 @@ class ToolDef:
     check: Callable[[TrialEnv, dict[str, Any]], None] | None = None
     idempotent: bool = False  # applying it twice leaves the same state (a blind overwrite)
     key: Callable[[dict[str, Any]], str] | None = None  # the tool's part of an idempotency key
+    # Plausible other arguments an agent might try after a failure (a wrong variant, another
+    # payment method); None: nothing plausible to change.
+    alternatives: Callable[[TrialEnv, dict[str, Any], Any], dict[str, Any] | None] | None = None
 
     def __post_init__(self) -> None:
         if self.effect is not None and self.effect is not EffectClass.IRREVERSIBLE:

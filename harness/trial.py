@@ -11,7 +11,7 @@ import json
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from harness.boundary import Boundary
 from harness.clock import Sleep, VirtualClock
 from harness.modes import AgentContext, ModeSettings, get_mode
 from harness.oracle import judge
+from harness.policies import AgentConfig, make_policy
 from harness.substrates import TrialEnv
 from harness.workloads import get_workload
 
@@ -63,10 +64,42 @@ class TrialSpec:
     latency_ms: float = 5.0
     jitter_ms: float = 2.0
     params: Mapping[str, Any] = field(default_factory=dict)
+    agent: AgentConfig = field(default_factory=AgentConfig)
 
     @property
     def key(self) -> str:
         return f"{self.config}/{self.mode}/{self.cell_id}/{self.trial}"
+
+
+def exercised(
+    config: faults.FaultConfig,
+    fault_records: Sequence[Mapping[str, Any]],
+    outcomes: Sequence[AgentOutcome],
+    ops: Sequence[Any],
+    messages: Sequence[Any],
+) -> dict[str, Any]:
+    """What a trial exercised: the conditions its cell's tables may be about (DESIGN.md §5).
+
+    Counts of injected faults per class (all five, zeros included) and in total; aborts
+    summed over agents; compensations (undo deliveries in the op log, so a compensation
+    that an F3 stopped is not one); calls agents made to irreversible tools; messages the
+    sink holds. `fault_classes` and `faults_armed` say what the cell asked for (classes with
+    weight > 0; a nonzero fault rate), so a report can tell "no fault of the cell's class
+    was injected" from "the cell injects none". Everything is a count: no clock in it.
+    """
+    per_class = {str(c): 0 for c in faults.FaultClass}
+    for record in fault_records:
+        per_class[str(record["fault"])] += 1
+    return {
+        "faults": per_class,
+        "faults_total": len(fault_records),
+        "aborts": sum(len(o.aborts) for o in outcomes),
+        "compensations": sum(1 for op in ops if op.meta.get("undo")),
+        "irreversible_calls": sum(int(getattr(o, "irreversible_calls", 0)) for o in outcomes),
+        "sends": len(messages),
+        "fault_classes": [str(c) for c, w in config.classes.items() if w > 0],
+        "faults_armed": config.marginal_rate() > 0,
+    }
 
 
 def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]:
@@ -81,11 +114,17 @@ def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]
         clock = VirtualClock()
         injector = faults.FaultInjector(spec.faults, seed=spec.seed, cell=spec.cell_id, trial=spec.trial)
         trial_mode = get_mode(spec.mode).factory(env, clock, spec.settings)
+        behaviour = make_policy(
+            spec.agent, spec.mode, step_retries=scenario.policy.step_retries,
+            tool_errors_fatal=scenario.policy.tool_errors_fatal,
+        )
         outcomes: list[AgentOutcome] = []
         tasks = []
         for index, task in enumerate(scenario.tasks):
             agent = f"a{index}"
             rng = derive_rng(spec.seed, "agent", spec.trial, index)
+            # Reactions draw from their own stream, so plan delays never shift them.
+            reactions = derive_rng(spec.seed, "reactions", spec.trial, index)
             boundary = Boundary(clock, injector, latency_ms=spec.latency_ms, jitter_ms=spec.jitter_ms, rng=rng)
 
             def make_ctx(attempt: int, agent: str = agent, boundary: Boundary = boundary) -> AgentContext:
@@ -93,10 +132,10 @@ def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]
 
             offset = scenario.start_offsets_ms[index] if scenario.start_offsets_ms else 0.0
 
-            async def agent_main(make_ctx: Any = make_ctx, task: Any = task, rng: random.Random = rng, offset: float = offset) -> AgentOutcome:
+            async def agent_main(make_ctx: Any = make_ctx, task: Any = task, rng: random.Random = rng, offset: float = offset, reactions: random.Random = reactions) -> AgentOutcome:
                 if offset:
                     await Sleep(offset)
-                outcome = await run_agent(trial_mode, make_ctx, task, workload.tools, scenario.policy, rng)
+                outcome = await run_agent(trial_mode, make_ctx, task, workload.tools, scenario.policy, rng, behaviour, reactions)
                 outcomes.append(outcome)
                 return outcome
 
@@ -111,11 +150,13 @@ def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]
         expected = _expected(spec, scenario.expected) if scenario.expected is not None else None
         invariants = scenario.invariants(env, outcomes) if scenario.invariants is not None else 0
         ops = env.oplog.ops()
+        messages = env.messages()
+        fault_records = injector.records()
         verdict = judge(
             final=final,
             expected=expected,
             ops=ops,
-            messages=env.messages(),
+            messages=messages,
             committed=committed,
             invariant_violations=invariants,
             reported_residue=sum(o.reported_residue for o in outcomes),
@@ -128,6 +169,8 @@ def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]
             "committed": sum(o.committed for o in outcomes),
             "agents": len(outcomes),
             "attempts": sum(o.attempts for o in outcomes),
+            "steps": sum(o.steps for o in outcomes),
+            "budget_exhausted": sum("step budget" in (o.failure or "") for o in outcomes),
             "aborts": sum(len(o.aborts) for o in outcomes),
             "wait_ms": sum(o.blocked_ms for o in outcomes) / n,
             "blocked": sum(o.blocked_ms > 0 for o in outcomes) / n,
@@ -143,11 +186,13 @@ def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]
             "cell": dict(spec.cell),
             "trial": spec.trial,
             "seed": spec.seed,
-            "faults": injector.records(),
+            "faults": fault_records,
             "metrics": metrics,
+            "exercised": exercised(spec.faults, fault_records, outcomes, ops, messages),
             "agents": [
                 {"agent": o.agent, "task": o.task_id, "committed": o.committed, "attempts": o.attempts,
-                 "aborts": o.aborts, "failure": o.failure, "blocked_ms": o.blocked_ms}
+                 "aborts": o.aborts, "failure": o.failure, "blocked_ms": o.blocked_ms,
+                 "steps": o.steps, "reactions": o.reactions}
                 for o in outcomes
             ],
             "final": scenario.final(env) if scenario.final is not None else {},

@@ -126,6 +126,50 @@ def _scopes_of(before: dict[str, Any]) -> list[str]:
     return out
 
 
+_REASONS = ("no longer needed", "ordered by mistake")
+
+
+def plausible_alternative(
+    db: dict[str, Any], name: str, args: Mapping[str, Any], rng: Any
+) -> dict[str, Any] | None:
+    """Arguments an agent might try instead after a failed call: one argument changed to
+    another value that exists in the DB (another of the user's payment methods or orders,
+    another variant of the same product, the other cancel reason). None when there is none.
+
+    This is the "retry with changed arguments" of an LLM agent: a plausible wrong action,
+    which the tool may refuse or, worse, carry out.
+    """
+    order = db["orders"].get(args.get("order_id")) if isinstance(args.get("order_id"), str) else None
+    user = db["users"].get(order["user_id"]) if order else None
+    if user is None and isinstance(args.get("user_id"), str):
+        user = db["users"].get(args["user_id"])
+    options: list[tuple[str, Any]] = []
+    method = args.get("payment_method_id")
+    if user is not None and isinstance(method, str):
+        options += [("payment_method_id", m) for m in sorted(user["payment_methods"]) if m != method]
+    if user is not None and order is not None:
+        options += [("order_id", o) for o in user.get("orders", []) if o != args.get("order_id")][:3]
+    if args.get("reason") in _REASONS:
+        options += [("reason", r) for r in _REASONS if r != args["reason"]]
+    new_ids = args.get("new_item_ids")
+    if order is not None and isinstance(new_ids, list) and new_ids:
+        for position, item_id in enumerate(args.get("item_ids") or []):
+            item = next((i for i in order["items"] if i["item_id"] == item_id), None)
+            product = db["products"].get(item["product_id"]) if item else None
+            if product is None or position >= len(new_ids):
+                continue
+            for variant_id, variant in sorted(product["variants"].items()):
+                if variant["available"] and variant_id not in (item_id, new_ids[position]):
+                    changed = list(new_ids)
+                    changed[position] = variant_id
+                    options.append(("new_item_ids", changed))
+                    break
+    if not options:
+        return None
+    key, value = options[rng.randrange(len(options))]
+    return {**args, key: copy.deepcopy(value)}
+
+
 def store(env: TrialEnv) -> RetailStore:
     return env.extra["retail"]
 
@@ -155,7 +199,26 @@ def _tooldef(rt: RetailTool) -> ToolDef:
         check=lambda env, a: store(env).check(name, a),
         key=lambda a: order_key(name, a),
         idempotent=name in _BLIND_OVERWRITES,
+        alternatives=lambda env, a, rng: plausible_alternative(store(env).db, name, a, rng),
     )
 
 
-RETAIL_TOOLS: dict[str, ToolDef] = {name: _tooldef(rt) for name, rt in TOOLS.items()}
+def _mail_scope(env: TrialEnv, a: dict[str, Any]) -> list[str]:
+    return [env.mailbox.scope(a["to"])]
+
+
+def _notify(env: TrialEnv, a: dict[str, Any], d: Delivery) -> bool:
+    return env.mailbox.send(a["to"], a["subject"], a["body"], key=d.key, meta=d.meta)
+
+
+# A shop's customer notification after each change: a real append-only mailbox, irreversible
+# (a sent mail cannot be unsent). Not a tau2 tool; the `notify` workload param adds it.
+NOTIFY = ToolDef(
+    "notify_customer", EffectClass.IRREVERSIBLE, lambda env, a: [], _mail_scope, _notify,
+    key=lambda a: f"{a['to']}:{a['subject']}",
+)
+
+RETAIL_TOOLS: dict[str, ToolDef] = {
+    **{name: _tooldef(rt) for name, rt in TOOLS.items()},
+    NOTIFY.name: NOTIFY,
+}

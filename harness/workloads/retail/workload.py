@@ -9,11 +9,18 @@ DB equals it (compared by `db_sha256`) and the oracle finds nothing else wrong.
 reads an order, thinks for a seeded plan delay, then rewrites the order's address from what
 it read). With `disjoint: false` they are forced to overlap on `contended` orders; with
 `disjoint: true` every agent has an order of its own.
+
+`notify: true` (both workloads) follows every write with a customer notification through the
+trial's real append-only mailbox, as a shop does: an irreversible effect, so a leaked or a
+duplicated mail shows in the sink's own file. On `tau_retail` the goal state then also
+holds exactly one notification per gold write that succeeds; on `tau_contention` a
+committed agent whose notification is missing, or there twice, is an invariant violation.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -28,7 +35,7 @@ from harness.workloads.retail.data import (
     fresh_db,
     load_retail,
 )
-from harness.workloads.retail.substrate import RETAIL_TOOLS, RetailStore
+from harness.workloads.retail.substrate import NOTIFY, RETAIL_TOOLS, RetailStore
 from harness.workloads.retail.tasks import goal_db, gold_actions, select_tasks
 
 _EMPTY = {"buffer": {}, "files": {}, "db": {}, "mailbox": []}
@@ -79,9 +86,12 @@ class TauRetailWorkload:
 
     def check(self, params: Mapping[str, Any]) -> None:
         """Config-time validation of `params` (split, sample, data directory)."""
-        unknown = set(params) - {"data_dir", "split", "sample", "task_seed", "step_retries"}
+        allowed = {"data_dir", "split", "sample", "task_seed", "step_retries", "notify"}
+        unknown = set(params) - allowed
         if unknown:
-            raise ValueError(f"params: unknown key(s) {sorted(unknown)}; allowed: data_dir, split, sample, task_seed, step_retries")
+            raise ValueError(f"params: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        if not isinstance(params.get("notify", False), bool):
+            raise ValueError(f"params.notify: must be true or false, got {params['notify']!r}")
         _check_data(params)
         try:
             self.tasks(params)
@@ -102,18 +112,58 @@ class TauRetailWorkload:
         data = _data(data_dir)
         tasks = self.tasks(params)
         task = tasks[trial % len(tasks)]
-        steps = tuple(Step(a["name"], a["arguments"]) for a in gold_actions(task))
+        actions = gold_actions(task)
+        steps = [Step(a["name"], a["arguments"]) for a in actions]
+        mail: list[dict[str, str]] = []
+        if params.get("notify", False):
+            steps, mail = _with_notifications(data, task, actions)
         goal = _goal_sha(data_dir, task["id"])
+        expected_mail = sorted(mail, key=lambda m: json.dumps(m, sort_keys=True))
         return Scenario(
-            tasks=[Task(f"task{task['id']}", steps)],
+            tasks=[Task(f"task{task['id']}", tuple(steps))],
             setup=_setup(data),
-            expected=lambda: {**_EMPTY, "retail": {"db_sha256": goal}},
+            expected=lambda: {**_EMPTY, "mailbox": expected_mail, "retail": {"db_sha256": goal}},
             policy=AgentPolicy(
                 step_retries=int(params.get("step_retries", 2)), tool_errors_fatal=False
             ),
             final=_final,
             info={"task_id": task["id"]},
         )
+
+
+def _customer(db: dict[str, Any], args: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(email, record id) of the customer a write is about, from the initial DB."""
+    order = db["orders"].get(args.get("order_id")) if isinstance(args.get("order_id"), str) else None
+    user_id = order["user_id"] if order else args.get("user_id")
+    user = db["users"].get(user_id) if isinstance(user_id, str) else None
+    if user is None:
+        return None
+    return user["email"], str(args.get("order_id") or user_id)
+
+
+def _notification(to: str, number: int, tool: str, about: str) -> dict[str, str]:
+    return {"to": to, "subject": f"update {number}: {tool} {about}",
+            "body": f"Your request ({tool}) for {about} has been processed."}
+
+
+def _with_notifications(
+    data: RetailData, task: dict[str, Any], actions: list[dict[str, Any]]
+) -> tuple[list[Step], list[dict[str, str]]]:
+    """The gold steps with a notification after each write that succeeds in the gold replay
+    (a deliberately failing gold write notifies nobody), and the mails the goal expects."""
+    failed = {index for index, _ in goal_db(data, task).failures}
+    steps: list[Step] = []
+    mail: list[dict[str, str]] = []
+    for index, action in enumerate(actions):
+        steps.append(Step(action["name"], action["arguments"]))
+        tool = RETAIL_TOOLS[action["name"]]
+        customer = _customer(data.db, action["arguments"])
+        if tool.effect is None or index in failed or customer is None:
+            continue
+        message = _notification(customer[0], len(mail) + 1, action["name"], customer[1])
+        mail.append(message)
+        steps.append(Step(NOTIFY.name, message))
+    return steps, mail
 
 
 def _pending_orders(data: RetailData) -> list[str]:
@@ -173,7 +223,7 @@ class TauContentionWorkload:
     tools = RETAIL_TOOLS
 
     def check(self, params: Mapping[str, Any]) -> None:
-        allowed = {"data_dir", "agents", "disjoint", "contended", "plan_delay_ms", "step_retries", "max_attempts"}
+        allowed = {"data_dir", "agents", "disjoint", "contended", "plan_delay_ms", "step_retries", "max_attempts", "notify"}
         unknown = set(params) - allowed
         if unknown:
             raise ValueError(f"params: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
@@ -198,15 +248,22 @@ class TauContentionWorkload:
             raise ValueError(f"params.agents: at most {len(pool)} agents (pending orders)")
         picked = rng.sample(pool, agents if disjoint else contended)
         orders = [picked[i] if disjoint else picked[i % contended] for i in range(agents)]
-        tasks = [
-            Task(
-                f"rmw{i}",
-                (
-                    Step("get_order_details", {"order_id": orders[i]}, save_as="order"),
-                    Step("modify_pending_order_address", _rmw_args(orders[i], f"a{i}")),
-                ),
-                footprint=(f"retail:order:{orders[i]}",),
+        notify = bool(params.get("notify", False))
+        emails = {o: data.db["users"][data.db["orders"][o]["user_id"]]["email"] for o in set(orders)}
+
+        def steps(i: int) -> tuple[Step, ...]:
+            rmw = (
+                Step("get_order_details", {"order_id": orders[i]}, save_as="order"),
+                Step("modify_pending_order_address", _rmw_args(orders[i], f"a{i}")),
             )
+            if not notify:
+                return rmw
+            message = {"to": emails[orders[i]], "subject": f"address of {orders[i]} changed by a{i}",
+                       "body": "Your shipping address has been updated."}
+            return (*rmw, Step(NOTIFY.name, message))
+
+        tasks = [
+            Task(f"rmw{i}", steps(i), footprint=(f"retail:order:{orders[i]}",))
             for i in range(agents)
         ]
         initial = {o: data.db["orders"][o]["address"]["address2"] for o in set(orders)}
@@ -227,6 +284,13 @@ class TauContentionWorkload:
                     violations += abs(count - expected)  # a lost update or a leaked one
             money_after, inconsistent = _money(db)
             violations += inconsistent + (abs(money_after - money_before) > 0.01)
+            if notify:
+                # A committed change whose customer was told nothing, or told twice.
+                subjects = [m["subject"] for m in env.messages()]
+                for i, order_id in enumerate(orders):
+                    if f"a{i}" in committed:
+                        sent = subjects.count(f"address of {order_id} changed by a{i}")
+                        violations += abs(sent - 1)
             return violations
 
         return Scenario(
