@@ -1,9 +1,15 @@
 """Tables and plots built from trial records only; this module never runs a trial.
 
 A trial record is one JSON object per line (see ``results/``) with ``mode``, ``cell``,
-``cell_id``, ``trial`` and ``metrics``. ``records_frame`` flattens records, ``build_table``
-aggregates one metric into a :class:`Table` (long form + display strings), and the
-renderers turn a Table into Markdown, CSV, LaTeX, a rich table, or deterministic plots.
+``cell_id``, ``trial``, ``metrics`` and ``exercised``. ``records_frame`` flattens records,
+``build_table`` aggregates one metric into a :class:`Table` (long form + display strings),
+and the renderers turn a Table into Markdown, CSV, LaTeX, a rich table, or deterministic
+plots.
+
+A condition that never occurred is not a result (DESIGN.md §5): a table cell whose
+trials never exercised what the table measures (``TableSpec.requires``; by default, a
+cell configured to inject faults that injected none) reads ``n/a (not exercised)``, has
+``exercised`` false and no value in the CSV, and is left out of plots.
 """
 
 from __future__ import annotations
@@ -38,13 +44,21 @@ from harness.stats import (
 )
 
 __all__ = [
+    "EXERCISED_COUNTS",
     "KINDS",
+    "NOT_EXERCISED_TEXT",
     "PLOT_KINDS",
+    "REQUIRES",
     "PlotSpec",
     "Table",
     "TableSpec",
     "bar_plot",
     "build_table",
+    "exercised_counts",
+    "exercised_csv",
+    "exercised_frame",
+    "exercised_markdown",
+    "is_exercised",
     "latex_escape",
     "line_plot",
     "read_records",
@@ -53,6 +67,7 @@ __all__ = [
     "to_latex",
     "to_markdown",
     "to_rich",
+    "write_exercised",
     "write_report",
     "write_table",
 ]
@@ -61,6 +76,43 @@ KINDS: tuple[str, ...] = ("proportion", "mean", "per_1000", "sum")
 PLOT_KINDS: tuple[str, ...] = ("bar", "line")
 BASE_COLUMNS: tuple[str, ...] = ("key", "mode", "cell_id", "trial", "seed")
 NA_TEXT = "n/a"
+NOT_EXERCISED_TEXT = "n/a (not exercised)"
+#: The stem of the per-run table of what every mode x cell exercised (a reserved table name).
+EXERCISED_NAME = "exercised"
+
+FAULT_CLASSES: tuple[str, ...] = ("F1", "F2", "F3", "F4", "F5")
+#: Counts a trial record's ``exercised`` holds, as ``records_frame`` names them (``x.<name>``)
+#: and as table CSVs and the exercised table name them.
+EXERCISED_COUNTS: tuple[str, ...] = (
+    *(f"faults_{c}" for c in FAULT_CLASSES),
+    "faults_total",
+    "aborts",
+    "compensations",
+    "irreversible_calls",
+    "sends",
+)
+#: What a table may require to have occurred in a cell for the cell to be a result.
+#: "none" turns the check off; no `requires` applies the default rule (see is_exercised).
+REQUIRES: tuple[str, ...] = (
+    "faults",
+    *FAULT_CLASSES,
+    "aborts",
+    "compensations",
+    "irreversible_calls",
+    "sends",
+    "none",
+)
+_REQUIRES_COUNT = {"faults": "faults_total", **{c: f"faults_{c}" for c in FAULT_CLASSES}}
+_REQUIRES_TEXT = {
+    None: "the cell injects faults but none was injected in its trials",
+    "faults": "no fault was injected in the cell's trials",
+    **{c: f"no {c} fault was injected in the cell's trials" for c in FAULT_CLASSES},
+    "aborts": "no transaction aborted in the cell's trials",
+    "compensations": "nothing was compensated in the cell's trials",
+    "irreversible_calls": "no irreversible call was made in the cell's trials",
+    "sends": "no message reached the sink in the cell's trials",
+    "none": "",
+}
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -124,13 +176,56 @@ def _sort_key(v: Any) -> tuple[int, Any]:
     return (2, str(v))
 
 
+def _exercised_columns(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's ``exercised`` as ``x.<count>``, ``x.fault_classes`` and ``x.faults_armed``.
+
+    A record written before trials said what they exercised has its fault counts read from
+    its ``faults`` list and its aborts from its metrics; what cannot be recovered (the
+    other counts, whether faults were armed) is None, which never makes a cell n/a.
+    """
+    ex = rec.get("exercised")
+    if isinstance(ex, Mapping):
+        per_class = ex.get("faults") or {}
+        out: dict[str, Any] = {f"x.faults_{c}": int(per_class.get(c, 0)) for c in FAULT_CLASSES}
+        for name in EXERCISED_COUNTS[len(FAULT_CLASSES) :]:
+            v = ex.get(name)
+            out[f"x.{name}"] = None if v is None else int(v)
+        classes = ex.get("fault_classes")
+        out["x.fault_classes"] = None if classes is None else ",".join(map(str, classes))
+        armed = ex.get("faults_armed")
+        out["x.faults_armed"] = None if armed is None else bool(armed)
+        return out
+    out = {f"x.{name}": None for name in EXERCISED_COUNTS}
+    injected = rec.get("faults")
+    if isinstance(injected, list):
+        for c in FAULT_CLASSES:
+            out[f"x.faults_{c}"] = sum(1 for f in injected if str(f.get("fault")) == c)
+        out["x.faults_total"] = len(injected)
+    aborts = (rec.get("metrics") or {}).get("aborts")
+    if isinstance(aborts, int | float) and not isinstance(aborts, bool):
+        out["x.aborts"] = int(aborts)
+    out["x.fault_classes"] = None
+    out["x.faults_armed"] = None
+    return out
+
+
+#: Columns of ``records_frame`` that come from a record's ``exercised``.
+X_COLUMNS: tuple[str, ...] = (
+    *(f"x.{name}" for name in EXERCISED_COUNTS),
+    "x.fault_classes",
+    "x.faults_armed",
+)
+
+
 def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per trial record.
 
     Columns: ``key, mode, cell_id, trial, seed``, then ``cell.<param>`` and ``m.<metric>``
-    (each group sorted by name). Metric values are kept as given, so bools stay bool.
-    Rows are sorted by (mode, cell_id, trial, key). A repeated ``key`` raises ValueError,
-    because a trial counted twice would silently inflate N.
+    (each group sorted by name), then what the trial exercised: ``x.<count>`` for each of
+    ``EXERCISED_COUNTS``, ``x.fault_classes`` (comma-separated) and ``x.faults_armed``
+    (None where a record does not say). Metric values are kept as given, so bools stay
+    bool. Rows are sorted by (mode, cell_id, trial, key). A repeated ``key`` raises
+    ValueError, because a trial counted twice would silently inflate N.
     """
     rows: list[dict[str, Any]] = []
     seen: dict[Any, int] = {}
@@ -153,6 +248,7 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         }
         row.update({f"cell.{k}": _hashable(v) for k, v in cell.items()})
         row.update({f"m.{k}": v for k, v in rec["metrics"].items()})
+        row.update(_exercised_columns(rec))
         key = row["key"]
         if key is not None:
             if key in seen:
@@ -164,7 +260,7 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         rows.append(row)
     cell_cols = sorted({c for r in rows for c in r if c.startswith("cell.")})
     metric_cols = sorted({c for r in rows for c in r if c.startswith("m.")})
-    df = pd.DataFrame(rows, columns=[*BASE_COLUMNS, *cell_cols, *metric_cols])
+    df = pd.DataFrame(rows, columns=[*BASE_COLUMNS, *cell_cols, *metric_cols, *X_COLUMNS])
     if not df.empty:
         df = df.sort_values(
             ["mode", "cell_id", "trial", "key"], kind="mergesort", na_position="last"
@@ -181,6 +277,8 @@ class TableSpec:
 
     ``columns`` are cell parameters that become columns; ``rows`` is a record column
     (default ``mode``) or a cell parameter. ``row_order`` lists rows to put first.
+    ``requires`` names what must have occurred in a cell's trials for the cell to be a
+    result (one of ``REQUIRES``; see :func:`is_exercised`).
     """
 
     name: str
@@ -192,6 +290,7 @@ class TableSpec:
     method: str = "clopper-pearson"
     row_order: tuple[str, ...] = ()
     confidence: float = 0.95
+    requires: str | None = None
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -207,6 +306,10 @@ class TableSpec:
             raise ValueError(f"{self.rows!r} cannot be both the rows and a column")
         if len(set(self.columns)) != len(self.columns):
             raise ValueError(f"repeated column parameter in {self.columns!r}")
+        if self.requires is not None and self.requires not in REQUIRES:
+            raise ValueError(
+                f"requires: unknown requirement {self.requires!r}; allowed: {', '.join(REQUIRES)}"
+            )
 
 
 @dataclass
@@ -215,9 +318,13 @@ class Table:
 
     ``data`` has one row per (row, column) cell of the full grid, including cells with no
     trials (n == 0), with columns ``row, column, cell.<param>..., n, total, value, lo, hi,
-    method, text``. ``total`` is successes (proportion) or the metric's sum; ``value``,
-    ``lo``, ``hi`` are fractions for proportions, per-1,000 rates for per_1000, raw units
-    for mean, and the total (no interval, lo/hi NaN) for sum. ``display`` has the row
+    method, text, exercised, requires``, then the cell's summed ``EXERCISED_COUNTS``
+    (``faults_F1`` ... ``sends``; empty where the records do not say). ``total`` is
+    successes (proportion) or the metric's sum; ``value``, ``lo``, ``hi`` are fractions for
+    proportions, per-1,000 rates for per_1000, raw units for mean, and the total (no
+    interval, lo/hi NaN) for sum. A cell that was not exercised (``exercised`` false, with
+    trials) has NaN value/lo/hi and the text ``n/a (not exercised)``; ``requires`` is the
+    requirement applied (``default`` when the spec names none). ``display`` has the row
     labels as index (named ``spec.rows``) and the column labels as columns, in order.
     """
 
@@ -242,15 +349,32 @@ class Table:
         return _n_text(self)
 
     @property
+    def not_exercised(self) -> list[tuple[str, str]]:
+        """(row label, column label) of every cell with trials that was not exercised."""
+        d = self.data
+        mask = (d["n"] > 0) & ~d["exercised"].astype(bool)
+        return list(zip(d.loc[mask, "row"], d.loc[mask, "column"], strict=True))
+
+    @property
+    def exercised_note(self) -> str:
+        """What an ``n/a (not exercised)`` cell means, or "" when the table has none."""
+        if not self.not_exercised:
+            return ""
+        return f" {NOT_EXERCISED_TEXT}: {_REQUIRES_TEXT[self.spec.requires]}; no rate is claimed."
+
+    @property
     def footer(self) -> str:
         """N per cell plus what the cells and intervals are."""
-        return f"{self.n_text}; {_method_text(self)}"
+        return f"{self.n_text}; {_method_text(self)}{self.exercised_note}"
 
     @property
     def plot_note(self) -> str:
         """Footnote for plots: N per cell plus what the bars/points and intervals are."""
         # Plots have room for about two lines; the full per-cell N is in the CSV.
-        return f"{_n_text(self, max_chars=160)}; {_method_text(self, plot=True)}"
+        note = f"{_n_text(self, max_chars=160)}; {_method_text(self, plot=True)}"
+        if self.not_exercised:
+            note += f" Cells not exercised ({_REQUIRES_TEXT[self.spec.requires]}) are not drawn."
+        return note
 
 
 def _resolve(df: pd.DataFrame, name: str, prefer_cell: bool) -> str:
@@ -359,11 +483,58 @@ def _cell(spec: TableSpec, values: list[Any], bool_metric: bool) -> dict[str, An
     )
 
 
+def _sum_known(values: Iterable[Any]) -> int | None:
+    """The sum of the known values, or None when no value is known."""
+    known = [int(v) for v in (_norm(x) for x in values) if v is not None]
+    return sum(known) if known else None
+
+
+def exercised_counts(df: pd.DataFrame, index: Sequence[int] | None = None) -> dict[str, Any]:
+    """Summed ``EXERCISED_COUNTS`` (None: unknown) over rows ``index`` of a records frame,
+    plus ``faults_armed``: True when every one of those trials was set to inject faults."""
+    sub = df if index is None else df.iloc[list(index)]
+    out: dict[str, Any] = {}
+    for name in EXERCISED_COUNTS:
+        col = f"x.{name}"
+        out[name] = _sum_known(sub[col].tolist()) if col in sub.columns else None
+    armed = sub["x.faults_armed"].tolist() if "x.faults_armed" in sub.columns else []
+    out["faults_armed"] = bool(armed) and all(_norm(a) is True for a in armed)
+    return out
+
+
+def is_exercised(counts: Mapping[str, Any], requires: str | None = None) -> bool:
+    """Did a cell's trials exercise what is measured? ``counts`` as from :func:`exercised_counts`.
+
+    ``requires`` None (the default rule): a cell whose every trial was set to inject faults
+    (nonzero rate, or bursty arrival) must have had at least one injected; a fault-free
+    cell (rate 0, e.g. a calibration column) is a result as it is. "faults": at least one
+    fault injected (so a rate-0 cell is n/a too); "F1".."F5": one of that class; "aborts",
+    "compensations", "irreversible_calls", "sends": at least one occurred; "none": always a
+    result. A count the records do not hold (older records) never makes a cell n/a.
+    """
+    if requires == "none":
+        return True
+    if requires is None:
+        if not counts.get("faults_armed"):
+            return True
+        name = "faults_total"
+    else:
+        if requires not in REQUIRES:
+            raise ValueError(
+                f"requires: unknown requirement {requires!r}; allowed: {', '.join(REQUIRES)}"
+            )
+        name = _REQUIRES_COUNT.get(requires, requires)
+    value = counts.get(name)
+    return value is None or value > 0
+
+
 def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
     """Aggregate ``m.<spec.metric>`` over rows x column-parameter combinations.
 
     Every (row, column) pair of the grid appears in ``data``; one with no trials has
-    n == 0 and shows ``n/a``. Missing metric values (NaN/None) are not counted in N.
+    n == 0 and shows ``n/a``; one whose trials did not exercise ``spec.requires`` (see
+    :func:`is_exercised`) shows ``n/a (not exercised)`` and has no value. Missing metric
+    values (NaN/None) are not counted in N.
     Rows: ``spec.row_order`` first (those present), then the rest sorted; columns sorted
     by parameter values (numbers numerically).
     """
@@ -385,8 +556,10 @@ def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
     bool_metric = bool(present) and all(_is_bool(v) for v in present)
 
     groups: dict[tuple[Any, tuple[Any, ...]], list[Any]] = {}
-    for r, c, v in zip(row_vals, combos, metric_vals, strict=True):
+    members: dict[tuple[Any, tuple[Any, ...]], list[int]] = {}
+    for i, (r, c, v) in enumerate(zip(row_vals, combos, metric_vals, strict=True)):
         bucket = groups.setdefault((r, c), [])
+        members.setdefault((r, c), []).append(i)
         if v is not None:
             bucket.append(v)
 
@@ -410,10 +583,26 @@ def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
         texts: list[str] = []
         for c, c_label in zip(col_keys, col_labels, strict=True):
             cell = _cell(spec, groups.get((r, c), []), bool_metric)
+            index = members.get((r, c), [])
+            counts = exercised_counts(df, index)
+            exercised = bool(index) and is_exercised(counts, spec.requires)
             if cell["n"] == 0:
                 cell["text"] = NA_TEXT
+            elif not exercised:
+                # A condition that never occurred is not a result: no value, no interval.
+                cell.update(value=math.nan, lo=math.nan, hi=math.nan, text=NOT_EXERCISED_TEXT)
             params = {f"cell.{p}": v for p, v in zip(spec.columns, c, strict=True)}
-            long_rows.append({"row": r_label, "column": c_label, **params, **cell})
+            long_rows.append(
+                {
+                    "row": r_label,
+                    "column": c_label,
+                    **params,
+                    **cell,
+                    "exercised": exercised,
+                    "requires": spec.requires or "default",
+                    **{name: counts[name] for name in EXERCISED_COUNTS},
+                }
+            )
             texts.append(cell["text"])
         matrix.append(texts)
 
@@ -428,8 +617,13 @@ def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
         "hi",
         "method",
         "text",
+        "exercised",
+        "requires",
+        *EXERCISED_COUNTS,
     ]
     data = pd.DataFrame(long_rows, columns=cols)
+    for name in EXERCISED_COUNTS:  # object dtype: counts stay ints, unknown stays None
+        data[name] = pd.Series([row[name] for row in long_rows], index=data.index, dtype=object)
     display = pd.DataFrame(
         matrix, index=pd.Index(row_labels, name=spec.rows), columns=col_labels, dtype=object
     )
@@ -637,6 +831,102 @@ def write_table(table: Table, out_dir: Path) -> list[Path]:
     ]
 
 
+# --------------------------------------------------------------------------- exercised
+
+EXERCISED_TITLE = "What each cell exercised (counts summed over its trials)"
+
+
+def exercised_frame(
+    df: pd.DataFrame, mode_order: Sequence[str] = (), cell_order: Sequence[str] = ()
+) -> pd.DataFrame:
+    """One row per (mode, cell_id): how many trials, the summed ``EXERCISED_COUNTS`` (None:
+    the records do not say), the fault classes the cell asked for and whether it was set to
+    inject faults at all (``faults_armed``; None when the records do not say).
+
+    Modes in ``mode_order`` first, then the rest sorted; cells likewise by ``cell_order``.
+    """
+    cols = ["mode", "cell_id", "trials", *EXERCISED_COUNTS, "fault_classes", "faults_armed"]
+    positions: dict[tuple[str, str], list[int]] = {}
+    for i, (m, c) in enumerate(zip(df["mode"].tolist(), df["cell_id"].tolist(), strict=True)):
+        positions.setdefault((str(m), str(c)), []).append(i)
+
+    def order(values: Iterable[str], first: Sequence[str]) -> list[str]:
+        present = list(dict.fromkeys(values))
+        head = [v for v in dict.fromkeys(first) if v in present]
+        return head + sorted(v for v in present if v not in head)
+
+    modes = order((m for m, _ in positions), mode_order)
+    cells = order((c for _, c in positions), cell_order)
+    rows: list[dict[str, Any]] = []
+    for m in modes:
+        for c in cells:
+            index = positions.get((m, c))
+            if not index:
+                continue
+            sub = df.iloc[index]
+            counts = exercised_counts(df, index)
+            classes = [_norm(v) for v in sub.get("x.fault_classes", pd.Series(dtype=object))]
+            armed = [_norm(v) for v in sub.get("x.faults_armed", pd.Series(dtype=object))]
+            known_classes = sorted({v for v in classes if v is not None})
+            rows.append(
+                {
+                    "mode": m,
+                    "cell_id": c,
+                    "trials": len(index),
+                    **{name: counts[name] for name in EXERCISED_COUNTS},
+                    "fault_classes": "; ".join(known_classes) if known_classes else None,
+                    "faults_armed": None if any(a is None for a in armed) else all(armed),
+                }
+            )
+    return pd.DataFrame(rows, columns=cols, dtype=object)
+
+
+def exercised_csv(frame: pd.DataFrame) -> str:
+    """The exercised frame as CSV ("\n" lines; empty where the records do not say)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(list(frame.columns))
+    for rec in frame.itertuples(index=False):
+        writer.writerow([_csv_value(v) for v in rec])
+    return buf.getvalue()
+
+
+def exercised_markdown(frame: pd.DataFrame) -> str:
+    """The exercised frame as a pipe table; "?" where the records do not say."""
+    header = ["mode", "cell", "trials", *(n.removeprefix("faults_") for n in EXERCISED_COUNTS)]
+    header[3 + len(FAULT_CLASSES)] = "faults"
+    lines = [f"**{EXERCISED_TITLE}**", ""]
+    lines.append("| " + " | ".join(_md_escape(h) for h in header) + " |")
+    lines.append("| " + " | ".join([":---", ":---", *["---:"] * (len(header) - 2)]) + " |")
+    for rec in frame.to_dict("records"):
+        cells = [rec["mode"], rec["cell_id"], rec["trials"], *(rec[n] for n in EXERCISED_COUNTS)]
+        text = ["?" if _norm(v) is None else str(_norm(v)) for v in cells]
+        lines.append("| " + " | ".join(_md_escape(t) for t in text) + " |")
+    lines += [
+        "",
+        "Counts are summed over the cell's trials: injected faults per class and in total, "
+        "aborts, compensations (undo deliveries in the op log), calls to irreversible tools, "
+        "and messages the sink holds.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_exercised(
+    df: pd.DataFrame,
+    out_dir: Path,
+    mode_order: Sequence[str] = (),
+    cell_order: Sequence[str] = (),
+) -> list[Path]:
+    """Write ``exercised.md`` and ``exercised.csv`` (one row per mode x cell) into ``out_dir``."""
+    frame = exercised_frame(df, mode_order, cell_order)
+    out_dir = Path(out_dir)
+    return [
+        _write_text(out_dir / f"{EXERCISED_NAME}.md", exercised_markdown(frame)),
+        _write_text(out_dir / f"{EXERCISED_NAME}.csv", exercised_csv(frame)),
+    ]
+
+
 # --------------------------------------------------------------------------- plots
 
 FIGSIZE: tuple[float, float] = (7.0, 4.2)
@@ -726,9 +1016,15 @@ def bar_plot(table: Table, out_stem: Path, figsize: tuple[float, float] = FIGSIZ
             lo = sub["lo"].to_numpy(dtype=float) * scale
             hi = sub["hi"].to_numpy(dtype=float) * scale
             offset = (i - (len(rows) - 1) / 2) * width
+            # A cell with no trials or not exercised has NaN and draws no bar (unlike 0%);
+            # one not exercised is marked so that the gap is not read as missing data.
+            skipped = (sub["n"].to_numpy() > 0) & ~sub["exercised"].to_numpy(dtype=bool)
+            for xi in (x + offset)[skipped]:
+                ax.text(xi, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=6,
+                        color=f"C{i % 10}")
             ax.bar(
                 x + offset,
-                vals,  # NaN (no trials) draws no bar, unlike a 0% bar
+                vals,
                 width,
                 label=str(r),
                 color=f"C{i % 10}",
@@ -736,6 +1032,8 @@ def bar_plot(table: Table, out_stem: Path, figsize: tuple[float, float] = FIGSIZ
                 capsize=2,
                 error_kw={"elinewidth": 0.8},
             )
+        # Fixed limits: a group whose bars are all missing still gets its place.
+        ax.set_xlim(-0.5, len(cols) - 0.5)
         ax.set_xticks(
             x,
             [str(c) for c in cols],
@@ -755,7 +1053,8 @@ def line_plot(
     """One line per row over a numeric swept cell parameter, with shaded intervals.
 
     Other column parameters, if any, split each row into several lines (distinct dash
-    styles). Cells with no trials are left out. Writes PNG and PDF, byte-reproducible.
+    styles). Cells with no trials or not exercised are left out. Writes PNG and PDF,
+    byte-reproducible.
     """
     spec = table.spec
     if x_param not in spec.columns:
@@ -768,7 +1067,7 @@ def line_plot(
         raise ValueError(f"cell parameter {x_param!r} must be numeric for a line plot")
     others = [p for p in spec.columns if p != x_param]
     scale = _scale(spec)
-    data = table.data[table.data["n"] > 0]
+    data = table.data[(table.data["n"] > 0) & table.data["exercised"].astype(bool)]
     rows = list(table.display.index)
     styles = ("-", "--", ":", "-.")
     with _plot_context():
@@ -856,14 +1155,18 @@ def write_report(
 ) -> list[Path]:
     """Write every table to ``out_dir/tables`` and every plot to ``out_dir/plots``.
 
-    Returns the written paths in order (tables in spec order, then plots). Existing
-    files of the same names are overwritten; nothing else in ``out_dir`` is touched.
+    Also writes ``tables/exercised.md|.csv``: what every mode x cell exercised. Returns the
+    written paths in order (tables in spec order, the exercised table, then plots).
+    Existing files of the same names are overwritten; nothing else in ``out_dir`` is
+    touched.
     """
     out_dir = Path(out_dir)
     names = [s.name for s in specs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"duplicate table names: {dup}")
+    if EXERCISED_NAME in names:
+        raise ValueError(f"table name {EXERCISED_NAME!r} is reserved for what cells exercised")
     stems = [p.stem for p in plots]
     dup = sorted({n for n in stems if stems.count(n) > 1})
     if dup:
@@ -878,6 +1181,8 @@ def write_report(
     for spec in specs:
         tables[spec.name] = build_table(df, spec)
         paths += write_table(tables[spec.name], out_dir / "tables")
+    order = specs[0].row_order if specs else ()
+    paths += write_exercised(df, out_dir / "tables", mode_order=order)
     for p in plots:
         stem = out_dir / "plots" / p.stem
         if p.kind == "bar":

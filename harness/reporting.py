@@ -5,7 +5,9 @@
 * a run directory -> its tables and plots, rebuilt from the stored records and the config
   stored in the manifest (never by running a trial);
 * finding runs (the latest run of each config under a results directory);
-* the `compare` table: modes side by side per cell, each tested against the first.
+* the `compare` table: modes side by side per cell, each tested against the first;
+* what every mode x cell exercised (`tables/exercised.*`), and no rate or test for a cell
+  whose condition never occurred (DESIGN.md §5: it reads `n/a (not exercised)`).
 
 Everything written here is a pure function of the records and the config, so regenerating
 a report gives byte-identical files.
@@ -38,13 +40,18 @@ from harness.config import (
 )
 from harness.oracle import Verdict
 from harness.report import (
+    EXERCISED_NAME,
+    NOT_EXERCISED_TEXT,
     PlotSpec,
     Table,
     TableSpec,
     bar_plot,
     build_table,
+    exercised_counts,
+    is_exercised,
     line_plot,
     records_frame,
+    write_exercised,
     write_table,
 )
 from harness.runner import RunError, plan, read_records
@@ -89,6 +96,7 @@ def _table_spec(config: ExperimentConfig, t: TableModel) -> TableSpec:
         title=t.title,
         method=t.method,
         row_order=tuple(config.modes) if rows == "mode" else (),
+        requires=t.requires,
     )
 
 
@@ -134,6 +142,11 @@ def check_report(config: ExperimentConfig, path: str | Path = "<config>") -> Non
     for i, t in enumerate(config.report.tables):
         if t.name in seen:
             problems.append(f"report.tables.{i}.name: table {t.name!r} is defined twice")
+        if t.name == EXERCISED_NAME:
+            problems.append(
+                f"report.tables.{i}.name: {t.name!r} is reserved for the table of what every "
+                "cell exercised; choose another name"
+            )
         seen.add(t.name)
         for c in t.columns:
             if _param(config, c) not in params:
@@ -308,7 +321,8 @@ def _spec_key(config: ExperimentConfig, i: int, spec: TableSpec) -> str:
 
 
 def write_run_report(run: Run) -> Report:
-    """Write every table (md, csv, tex) and plot (png, pdf) of a run from its records."""
+    """Write every table (md, csv, tex), the exercised table (md, csv) and every plot
+    (png, pdf) of a run from its records."""
     out = Report()
     if not run.records:
         out.problems.append("no trial records yet; nothing to report")
@@ -329,6 +343,9 @@ def write_run_report(run: Run) -> Report:
             out.problems.append(f"{_spec_key(run.config, i, spec)}: {exc}")
             continue
         out.paths += write_table(tables[spec.name], run.run_dir / "tables")
+    out.paths += write_exercised(
+        df, run.run_dir / "tables", run.config.modes, _cell_order(run.config, df["cell_id"])
+    )
     for p in plot_specs(run.config):
         if p.table not in tables:
             continue  # its table failed and is reported above
@@ -347,7 +364,12 @@ def write_run_report(run: Run) -> Report:
 
 @dataclass
 class Comparison:
-    """Per cell, one `Proportion` per mode and a p-value for each mode against the first."""
+    """Per cell, one `Proportion` per mode and a p-value for each mode against the first.
+
+    A (cell, mode) whose trials did not exercise the cell's condition (`exercised` False;
+    see `harness.report.is_exercised`) shows `n/a (not exercised)` and is not tested: its
+    p-value, and that of every mode in a cell whose first mode was not exercised, is nan.
+    """
 
     metric: str
     modes: list[str]
@@ -355,6 +377,16 @@ class Comparison:
     cells: list[str]
     props: dict[tuple[str, str], Proportion]  # (cell_id, mode) -> proportion
     p_values: dict[tuple[str, str], float]  # (cell_id, mode) -> p against modes[0]
+    exercised: dict[tuple[str, str], bool] = field(default_factory=dict)  # missing: True
+    requires: str | None = None
+
+    def is_exercised(self, cell: str, mode: str) -> bool:
+        return self.exercised.get((cell, mode), True)
+
+    def cell_text(self, cell: str, mode: str) -> str:
+        if not self.is_exercised(cell, mode):
+            return NOT_EXERCISED_TEXT
+        return self.props[cell, mode].pct()
 
     @property
     def title(self) -> str:
@@ -366,11 +398,15 @@ class Comparison:
         n_text = (
             f"N = {ns[0]} per mode and cell" if len(ns) == 1 else "N per mode and cell in column N"
         )
-        return (
+        text = (
             f"{n_text}; percent {self.metric} with exact two-sided "
             f"{100 * COMPARE_CONFIDENCE:g}% {METHOD_LABELS[COMPARE_METHOD]} intervals; "
             f"p: two-sided exact {self.test.capitalize()} test against {self.modes[0]}."
         )
+        if not all(self.exercised.values()):
+            what = _NOT_EXERCISED_WHY.get(self.requires, f"no {self.requires} occurred")
+            text += f" {NOT_EXERCISED_TEXT}: {what}; not tested."
+        return text
 
     def n_text(self, cell: str) -> str:
         ns = [self.props[cell, m].n for m in self.modes]
@@ -382,7 +418,7 @@ class Comparison:
             [
                 cell,
                 self.n_text(cell),
-                *(self.props[cell, m].pct() for m in self.modes),
+                *(self.cell_text(cell, m) for m in self.modes),
                 *(format_p(self.p_values[cell, m]) for m in self.modes[1:]),
             ]
             for cell in self.cells
@@ -408,10 +444,40 @@ def _binary(value: Any, metric: str) -> int:
     )
 
 
+_NOT_EXERCISED_WHY: dict[str | None, str] = {
+    None: "the cell injects faults but none was injected in that mode's trials",
+    "faults": "no fault was injected in that mode's trials",
+    "aborts": "no transaction aborted in that mode's trials",
+    "compensations": "nothing was compensated in that mode's trials",
+    "irreversible_calls": "no irreversible call was made in that mode's trials",
+    "sends": "no message reached the sink in that mode's trials",
+    **{c: f"no {c} fault was injected in that mode's trials" for c in ("F1", "F2", "F3", "F4", "F5")},
+}
+
+
+def _exercised_by_cell(
+    records: Sequence[Mapping[str, Any]], modes: Sequence[str], requires: str | None
+) -> dict[tuple[str, str], bool]:
+    """(cell_id, mode) -> did its trials exercise `requires` (see `is_exercised`)."""
+    df = records_frame([r for r in records if r["mode"] in modes])
+    positions: dict[tuple[str, str], list[int]] = {}
+    for i, (c, m) in enumerate(zip(df["cell_id"].tolist(), df["mode"].tolist(), strict=True)):
+        positions.setdefault((str(c), str(m)), []).append(i)
+    return {key: is_exercised(exercised_counts(df, idx), requires) for key, idx in positions.items()}
+
+
 def compare(
-    run: Run, modes: Sequence[str], metric: str = DEFAULT_METRIC, test: str = "fisher"
+    run: Run,
+    modes: Sequence[str],
+    metric: str = DEFAULT_METRIC,
+    test: str = "fisher",
+    requires: str | None = None,
 ) -> Comparison:
-    """Compare modes per cell on a yes/no metric; raise ValueError on a bad request."""
+    """Compare modes per cell on a yes/no metric; raise ValueError on a bad request.
+
+    A (cell, mode) that did not exercise `requires` (default: the rule of
+    `harness.report.is_exercised`) is shown as not exercised and not tested.
+    """
     if len(modes) < 2:
         raise ValueError("compare needs at least two modes, e.g. --modes tx-full,no-tx")
     if len(set(modes)) != len(modes):
@@ -438,6 +504,8 @@ def compare(
         for c in cells
         for m in modes
     }
+    by_cell = _exercised_by_cell(run.records, modes, requires)
+    exercised = {(c, m): by_cell.get((c, m), True) for c in cells for m in modes}
     p_values = {
         (c, m): compare_proportions(
             props[c, modes[0]].successes,
@@ -446,10 +514,12 @@ def compare(
             props[c, m].n,
             test,
         ).p_value
+        if exercised[c, modes[0]] and exercised[c, m]
+        else math.nan  # a condition that never occurred is not tested
         for c in cells
         for m in modes[1:]
     }
-    return Comparison(metric, list(modes), test, cells, props, p_values)
+    return Comparison(metric, list(modes), test, cells, props, p_values, exercised, requires)
 
 
 def _cell_order(config: ExperimentConfig, present: Iterable[str]) -> list[str]:
@@ -492,7 +562,8 @@ def comparison_markdown(cmp: Comparison) -> str:
 
 
 def comparison_csv(cmp: Comparison) -> str:
-    """Long form: one line per (cell, mode) with counts, rate, interval and p-value."""
+    """Long form: one line per (cell, mode) with counts, whether it was exercised, rate,
+    interval and p-value (rate, interval and p empty when not exercised)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(
@@ -502,6 +573,7 @@ def comparison_csv(cmp: Comparison) -> str:
             "mode",
             "successes",
             "n",
+            "exercised",
             "rate",
             "lo",
             "hi",
@@ -515,6 +587,8 @@ def comparison_csv(cmp: Comparison) -> str:
         for m in cmp.modes:
             p = cmp.props[cell, m]
             first = m == cmp.modes[0]
+            shown = cmp.is_exercised(cell, m)  # not exercised: no rate, interval or p
+            p_value = cmp.p_values.get((cell, m), math.nan)
             writer.writerow(
                 [
                     cmp.metric,
@@ -522,13 +596,14 @@ def comparison_csv(cmp: Comparison) -> str:
                     m,
                     p.successes,
                     p.n,
-                    "" if math.isnan(p.rate) else repr(p.rate),
-                    repr(p.lo),
-                    repr(p.hi),
+                    "true" if shown else "false",
+                    "" if math.isnan(p.rate) or not shown else repr(p.rate),
+                    repr(p.lo) if shown else "",
+                    repr(p.hi) if shown else "",
                     COMPARE_METHOD,
                     "" if first else cmp.modes[0],
                     "" if first else cmp.test,
-                    "" if first else repr(cmp.p_values[cell, m]),
+                    "" if first or math.isnan(p_value) else repr(p_value),
                 ]
             )
     return buf.getvalue()

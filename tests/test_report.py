@@ -364,6 +364,7 @@ def test_write_report(tmp_path: Path) -> None:
             for n in ("clean_success", "wait", "leaks")
             for e in ("md", "csv", "tex")
         ]
+        + ["tables/exercised.md", "tables/exercised.csv"]
         + [
             "plots/clean_success-bar.png",
             "plots/clean_success-bar.pdf",

@@ -4,10 +4,27 @@ four substrates (buffer, files, SQLite, mailbox) with mixed effect classes.
 Every write is a real operation on a real substrate. Some writes are blind overwrites
 (idempotent); others add, append or book (applying them twice changes the state), so
 duplicates and lost effects show in the final state as well as in the op log.
+
+Parameters (`params.*` in a config):
+
+- `agents` (default 1): concurrent agents, one task each (the goal state is known for one).
+- `step_retries` (default 2): how often the agent retries a failed call.
+- `veto_rate` (default 0.0, a probability): the fraction of tasks the agent vetoes right
+  before commit (a pre-commit veto, DESIGN.md §4), drawn per task from the trial's scenario
+  seed after the plans, so every mode and every fault cell sees the same plans and the same
+  vetoes. A vetoed task's goal is that none of its effects remain: its plan is left out of
+  the goal state. This is what makes F3 (a compensation fails) measurable: a compensation
+  only happens when a transaction aborts after effects were externalised, and without
+  aborts no mode compensates, so an F3-only cell injects nothing. A veto is a
+  mode-independent abort source that leaves the fault stream F3-only; mixing in F1 instead
+  would make aborts depend on retries being exhausted (rare at low fp) and put F1 failures
+  into the F3 column.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -214,6 +231,8 @@ def run_directly(tasks: list[Task], tools: Mapping[str, ToolDef]) -> dict[str, A
     try:
         setup(env)
         for task in tasks:
+            if task.veto:
+                continue  # vetoed before commit: none of its effects belong in the goal
             memory: dict[str, Any] = {}
             for index, step in enumerate(task.steps):
                 args = step.args(memory) if callable(step.args) else dict(step.args)
@@ -230,9 +249,22 @@ class SyntheticWorkload:
     description = "6-12 mixed-class tool calls across buffer, files, SQLite and mailbox"
     tools = TOOLS
 
+    def check(self, params: Mapping[str, Any]) -> None:
+        """Refuse a parameter the scenario could not honour (called when a config loads)."""
+        veto = params.get("veto_rate", 0.0)
+        if isinstance(veto, bool) or not isinstance(veto, int | float) or not (
+            math.isfinite(veto) and 0.0 <= veto <= 1.0
+        ):
+            raise ValueError(f"params.veto_rate: must be a probability in [0, 1], got {veto!r}")
+
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
         agents = int(params.get("agents", 1))
         tasks = [make_task(rng, f"a{i}", f"t{trial}-{i}") for i in range(agents)]
+        veto_rate = float(params.get("veto_rate", 0.0))
+        if veto_rate > 0.0:
+            # Drawn after the plans, so the plans are the same whatever the veto rate.
+            vetoes = [rng.random() < veto_rate for _ in tasks]
+            tasks = [dataclasses.replace(t, veto=v) for t, v in zip(tasks, vetoes, strict=True)]
         return Scenario(
             tasks=tasks,
             setup=setup,
