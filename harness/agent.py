@@ -172,7 +172,17 @@ async def _perform(
     tries = 0
     args: dict[str, Any] | None = None
     while True:
-        call = step_at(index, memory, args)
+        try:
+            call = step_at(index, memory, args)
+        except (KeyError, TypeError, IndexError) as exc:
+            # The step needs something an earlier step should have told it (the agent carried
+            # on past a failed read): it goes back and asks again, which costs budget. With
+            # no budget to bound that loop, it gives up instead.
+            if budget.max_steps is None or index == 0:
+                raise StepFailed(f"step {index}: nothing to build the call from ({exc!r})",
+                                 restart=False) from exc
+            outcome.reactions.append(Reaction.REPLAN.value)
+            return None, index - 1
         if call.tool.effect is EffectClass.IRREVERSIBLE:
             outcome.irreversible_calls += 1
         ok, result, failure = await _deliver(session, call, policy, budget)

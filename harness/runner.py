@@ -66,7 +66,9 @@ def plan(config: ExperimentConfig) -> list[TrialSpec]:
         cfg = cell_config(config, cell)
         cid = cell_id(config, cell)
         shown = {cell_label(config, k): v for k, v in cell.items()}
-        for trial in range(config.trials):
+        # A cell may ask for fewer trials than the config (paper Table 3 runs its F2/F4-only
+        # cells at N=100 beside N=300), never more, so --trials still caps every cell.
+        for trial in range(min(cfg.trials, config.trials)):
             for mode in config.modes:
                 specs.append(
                     TrialSpec(

@@ -14,7 +14,8 @@ it read). With `disjoint: false` they are forced to overlap on `contended` order
 trial's real append-only mailbox, as a shop does: an irreversible effect, so a leaked or a
 duplicated mail shows in the sink's own file. On `tau_retail` the goal state then also
 holds exactly one notification per gold write that succeeds; on `tau_contention` a
-committed agent whose notification is missing, or there twice, is an invariant violation.
+committed agent whose notification is missing is an invariant violation (an extra one is
+the oracle's leak or duplicate).
 """
 
 from __future__ import annotations
@@ -285,12 +286,12 @@ class TauContentionWorkload:
             money_after, inconsistent = _money(db)
             violations += inconsistent + (abs(money_after - money_before) > 0.01)
             if notify:
-                # A committed change whose customer was told nothing, or told twice.
-                subjects = [m["subject"] for m in env.messages()]
+                # A committed change whose customer was never told. (Extra mails are the
+                # oracle's leaks and duplicates; counting them here too would count twice.)
+                subjects = {m["subject"] for m in env.messages()}
                 for i, order_id in enumerate(orders):
-                    if f"a{i}" in committed:
-                        sent = subjects.count(f"address of {order_id} changed by a{i}")
-                        violations += abs(sent - 1)
+                    if f"a{i}" in committed and f"address of {order_id} changed by a{i}" not in subjects:
+                        violations += 1
             return violations
 
         return Scenario(
