@@ -164,10 +164,11 @@ async def _perform(
     rng: random.Random,
     tools_alt: Callable[[ToolCall, random.Random], dict[str, Any] | None],
     outcome: AgentOutcome,
-) -> tuple[Any, int]:
+) -> tuple[Any, int, bool]:
     """Issue step `index` until it succeeds or the policy moves on.
 
-    Returns (what the agent remembers of the step, the index of the next step).
+    Returns (what the agent remembers of the step, the index of the next step, whether the
+    step itself succeeded).
     """
     tries = 0
     args: dict[str, Any] | None = None
@@ -182,12 +183,12 @@ async def _perform(
                 raise StepFailed(f"step {index}: nothing to build the call from ({exc!r})",
                                  restart=False) from exc
             outcome.reactions.append(Reaction.REPLAN.value)
-            return None, index - 1
+            return None, index - 1, False
         if call.tool.effect is EffectClass.IRREVERSIBLE:
             outcome.irreversible_calls += 1
         ok, result, failure = await _deliver(session, call, policy, budget)
         if ok:
-            return result, index + 1
+            return result, index + 1, True
         assert failure is not None
         tries += 1
         failure = Failure(index, failure.tool, failure.kind, failure.message, tries, failure.read_only)
@@ -200,10 +201,10 @@ async def _perform(
             args = tools_alt(call, rng)  # None: nothing plausible to change, so the same call
             continue
         if reaction is Reaction.CARRY_ON:
-            return {"error": failure.message}, index + 1
+            return {"error": failure.message}, index + 1, False
         if reaction is Reaction.REPLAN:
             assert decision.to_step is not None
-            return None, decision.to_step
+            return None, decision.to_step, False
         raise StepFailed(
             f"{call.name}: {failure.message}",
             decision.source,
@@ -273,7 +274,7 @@ async def run_agent(
                 if hi > 0:
                     await Sleep(rng.uniform(lo, hi))
                 step = task.steps[index]
-                result, following = await _perform(
+                result, following, _ = await _perform(
                     session, step_at, index, memory, behaviour, budget, draws, alternative, outcome
                 )
                 if following > index:
@@ -282,9 +283,13 @@ async def run_agent(
                 index = following
             for index in task.validate:
                 step = task.steps[index]
-                again, _ = await _perform(
+                again, _, answered = await _perform(
                     session, validate_at, index, memory, behaviour, budget, draws, alternative, outcome
                 )
+                if not answered:
+                    # The re-check itself failed: the agent cannot tell whether its read is
+                    # stale, so this is a tool failure, not a stale read.
+                    raise StepFailed(f"step {index}: the re-check before commit failed")
                 if again != memory[step.save_as or f"step{index}"]:
                     detail = f"step {index} reads something else now"
                     await session.abort(AbortSource.STALE_READ, detail)

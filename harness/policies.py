@@ -208,6 +208,10 @@ class AgentConfig(BaseModel):
     def _some_weight(self) -> AgentConfig:
         if self.kind == "llm-like" and self.retry + self.alter + self.carry_on + self.replan + self.give_up <= 0:
             raise ValueError("llm-like: at least one reaction weight must be > 0")
+        if self.kind == "llm-like" and self.max_steps is None:
+            # Its reactions may loop on a call that always fails; only a budget ends that,
+            # as tau2's max_steps does for a real model.
+            raise ValueError("llm-like needs agent.max_steps (a step budget; tau2 and the paper use 30)")
         return self
 
     def wrapper_retries_for(self, mode: str) -> int:

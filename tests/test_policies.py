@@ -65,7 +65,7 @@ WEIGHTS = tuple(ZERO)
 
 def only(reaction: str, **more: Any) -> AgentConfig:
     """An llm-like agent that always reacts with `reaction`."""
-    return AgentConfig(kind="llm-like", **{**ZERO, reaction: 1.0, **more})
+    return AgentConfig(kind="llm-like", **{**ZERO, reaction: 1.0, "max_steps": 30, **more})
 
 
 def spec(
@@ -175,6 +175,7 @@ def rig() -> Iterator[Any]:
         behaviour: Policy | None | str = "config",
         policy: AgentPolicy | None = None,
         steps: tuple[Step, ...] | None = None,
+        validate: tuple[int, ...] = (),
     ) -> Run:
         scenario = WORKLOAD.scenario(random.Random(0), TRIAL[task_id], {})
         env = TrialEnv.create()
@@ -204,6 +205,8 @@ def rig() -> Iterator[Any]:
         task = scenario.tasks[0]
         if steps is not None:
             task = dataclasses.replace(task, steps=steps)
+        if validate:
+            task = dataclasses.replace(task, validate=validate)
 
         def make_ctx(attempt: int) -> AgentContext:
             return AgentContext("a0", attempt, f"policies/a0/{attempt}", env, clock, boundary, settings)
@@ -247,10 +250,31 @@ def test_a_negative_or_non_finite_weight_is_rejected_naming_the_field(weight: st
     assert "finite" in errors[0]["msg"] and ">= 0" in errors[0]["msg"]
 
 
+def test_llm_like_needs_a_step_budget() -> None:
+    # Without one, weight only on retry would loop forever on a call that always fails.
+    with pytest.raises(ValidationError, match="agent.max_steps"):
+        AgentConfig(kind="llm-like", **{**ZERO, "retry": 1.0})
+
+
+def test_a_failed_re_check_before_commit_is_a_tool_failure_not_a_stale_read(rig: Any) -> None:
+    product = sorted(DATA.db["products"])[0]  # read, never written by the plan
+    steps = (
+        Step("get_product_details", {"product_id": product}, save_as="product"),
+        Step("cancel_pending_order", gold_args(CANCEL, 0)),
+    )
+    recheck = Scripted({(Point.CALL, f"a0/task{CANCEL}/v0"): (FaultClass.F1, {0})})
+    run = rig("tx-full", CANCEL, recheck, agent=only("carry_on"), steps=steps, validate=(0,))
+    # The first attempt's re-check failed: a tool failure (the agent cannot tell whether its
+    # read is stale), so tx-full aborts it cleanly and the fresh attempt commits.
+    assert run.outcome.aborts == ["tool_failure"]
+    assert run.outcome.committed and run.outcome.attempts == 2
+    assert run.sha == goal_sha(CANCEL)
+
+
 def test_all_zero_llm_like_weights_are_rejected_but_gold_ignores_the_weights() -> None:
     with pytest.raises(ValidationError, match="at least one reaction weight"):
-        AgentConfig(kind="llm-like", **ZERO)
-    AgentConfig(kind="llm-like", **{**ZERO, "give_up": 1e-9})  # tiny but positive: fine
+        AgentConfig(kind="llm-like", **ZERO, max_steps=30)
+    AgentConfig(kind="llm-like", **{**ZERO, "give_up": 1e-9}, max_steps=30)  # tiny but positive: fine
     assert AgentConfig(kind="gold", **ZERO).kind == "gold"
 
 
@@ -319,7 +343,7 @@ def test_a_bad_agent_section_or_cell_is_a_config_error_naming_the_key() -> None:
         validate_config(data, "p.yaml")
     assert "agent.kind" in str(err.value) and "gpt" in str(err.value)
     # A cell that zeroes the last llm-like weight is reported by its label.
-    data = _experiment(kind="llm-like", **{**ZERO, "retry": 1.0})
+    data = _experiment(kind="llm-like", max_steps=30, **{**ZERO, "retry": 1.0})
     data["grid"] = {"agent.retry": [1.0, 0.0]}
     with pytest.raises(ConfigError) as err:
         validate_config(data, "p.yaml")
@@ -595,7 +619,7 @@ def test_llm_like_replan_goes_back_one_to_depth_steps_never_before_the_first() -
 
 
 def test_llm_like_weights_are_relative() -> None:
-    policy = make_policy(AgentConfig(kind="llm-like", **{**ZERO, "retry": 3.0, "give_up": 1.0}), "tx-full",
+    policy = make_policy(AgentConfig(kind="llm-like", **{**ZERO, "retry": 3.0, "give_up": 1.0}, max_steps=30), "tx-full",
                          step_retries=2, tool_errors_fatal=True)
     rng = random.Random(11)
     drawn = [policy.react(failure(), rng).reaction for _ in range(4000)]
