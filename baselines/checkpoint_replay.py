@@ -12,6 +12,14 @@ Versus the paper: Table 9 has checkpoint-replay 100% clean at F2-only fp=0.10; h
 64% (32/50), because re-running the failed step (by the agent's step retry or by the replay)
 re-applies an effect that had landed. Table 15 has leaks only for tool-failure and time-out
 aborts; here any abort after a send (a veto included) leaves it sent.
+Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
+tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
+mixed 0.10/0.30, N=100/100/300/300):
+Wins: with the paper's protocol (3 wrapper retries that replay the failed step) 97/93 on
+tau_retail_paper_protocol.
+Loses: under the fair protocol an LLM sees the error itself and the checkpoint is never used,
+so it equals no-tx: 90/67 on tau_retail, 77/47 with notifications (17 leaked and 16
+duplicated mails at 0.30); 0/0/1/2 on tau_stress.
 """
 
 from __future__ import annotations

@@ -16,6 +16,13 @@ clean runs on a contended workload. As specified here (a workflow-scoped mutex, 
 per-resource ordering across workflows) it isolates nothing: on tau_contention (4 agents, 2
 orders, fp=0) it loses updates exactly as no-tx does (0/30 clean). The paper does not say
 how its mutex orders different workflows, and we did not invent a mechanism for it.
+Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
+tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
+mixed 0.10/0.30, N=100/100/300/300):
+Wins: its gate holds sends: no leaked mail on tau_retail_notify (83/57).
+Loses: 87/67 on tau_retail (a step carried on past a failure shuts the gate, so the
+commit is refused and rolled back); 3 duplicated mails at 0.30 (gated sends retried without
+a key); 0/0/3/5 on tau_stress (no isolation across workflows).
 """
 
 from __future__ import annotations

@@ -6,6 +6,12 @@ abort retracts nothing. The agent's own loop retries a failed step.
 Known failures: partial effects after a fault, duplicates after an ambiguous failure or a
 duplicated delivery (no idempotency keys), leaked irreversible sends, lost updates under
 contention.
+Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
+tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
+mixed 0.10/0.30, N=100/100/300/300):
+Wins: nothing; it is the floor.
+Loses: 90/67 on tau_retail (9 effects of abandoned tasks left, none reported), 77/47 with
+notifications, 0/0/3/2 on tau_stress.
 """
 
 from __future__ import annotations

@@ -16,6 +16,12 @@ rollback interleaving above, which eager, ungated effects (DESIGN.md section 3) 
 OCC that buffered its writes until validation would not show it, but would gate effects.
 Table 9 gives OCC 100% clean at F2-only fp=0.10 on the synthetic workload; ours is 33/50,
 because an F2 applied its effect and the agent's retry, without a key, applies it again.
+Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
+tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
+mixed 0.10/0.30, N=100/100/300/300):
+Wins: same as saga on one agent (90/67 on tau_retail).
+Loses: 77/47 with notifications; 0/0/1/0.7 on tau_stress: every stale-read abort retries the
+plan, and each attempt's mail has already left (1,064 leaked mails in 100 F2-only runs).
 """
 
 from __future__ import annotations

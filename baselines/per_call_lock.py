@@ -7,6 +7,12 @@ deadlock is possible; nothing is buffered, gated or rolled back.
 Known failures: a read-modify-write workflow (read in one call, write what it computed in a
 later one) interleaves with another between its calls and loses an update; partial effects
 after a fault, duplicates after F2/F4 (no keys), sends of aborted runs stay sent.
+Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
+tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
+mixed 0.10/0.30, N=100/100/300/300):
+Wins: no waits to speak of.
+Loses: a read-modify-write spans two calls, so updates are lost: 0/0/0/0 on tau_stress;
+77/47 on tau_retail_notify (no keys, no gate).
 """
 
 from __future__ import annotations

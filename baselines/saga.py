@@ -14,6 +14,14 @@ Versus the paper: Table 9 has saga 100% clean at F2-only fp=0.10 on the syntheti
 here it is about 64% (32/50), because the agent retries a step whose call landed and nothing
 dedups it. Table 15 has 0 saga leaks on pre-commit veto; here a veto comes after the plan ran,
 so an eager send has already left and leaks like under any other abort source.
+Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
+tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
+mixed 0.10/0.30, N=100/100/300/300):
+Wins: compensation makes a give-up clean of writes where it succeeds (residue 3 over 30
+tau_retail trials at 0.30, against 9 for no-tx).
+Loses: 90/67 on tau_retail, 77/47 with notifications (17 leaked and 16 duplicated mails at
+0.30: sends leave at once and retries have no key); 0/0/4/3 on tau_stress (lost updates:
+183 stale commits in 100 F2-only runs).
 """
 
 from __future__ import annotations

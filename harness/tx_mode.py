@@ -2,6 +2,19 @@
 
 The harness's shim turns each workload tool call into the runtime's own steps (read,
 externalize, stage, commit, abort) through `TxSession`; the protocol itself is the core's.
+Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
+tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
+mixed 0.10/0.30, N=100/100/300/300):
+Wins: 90/77 on tau_retail (ties no-frontier and tcc; the keyless modes reach 67 at 0.30,
+because a retry after an error whose effect had landed is refused by tau2 and the agent may
+then give up, leaving residue); 90/77 with notifications, where no mail leaked or doubled
+(the gate and the keys) while saga, occ, no-tx and checkpoint-replay fell to 77/47 with 17
+leaked and 16 duplicated mails at 0.30; 94/100/80/52 on tau_stress, the best but for
+no-frontier at mixed 0.10 (87 over N=100).
+Loses: waiting (43-634 ms mean on tau_stress) and, at mixed 0.30, 279 invariant violations in
+300 runs, mostly from F3: a failed compensation of an aborted attempt leaves its write under a
+later commit (classified as residue, so not unclassified, but the run is not clean). With
+the paper's asymmetric protocol (3 wrapper retries for tx-full only) it reaches 100/100.
 """
 
 from __future__ import annotations
