@@ -148,6 +148,48 @@ def _parse_sets(sets: list[str]) -> dict[str, list[Any]]:
     return grid
 
 
+def _run_sets(
+    path: Path, sets: list[str] | None
+) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """`run --set KEY=VALUE`: (overrides, grid) for load_config.
+
+    KEY is a dotted config key or one of the config's labels (e.g. `fp`). A key the grid
+    varies is pinned to the one value (a one-value grid), so the cell id still names it.
+    """
+    if not sets:
+        return {}, {}
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        raw = None  # load_config reports the file's problem itself
+    raw = raw if isinstance(raw, dict) else {}
+    labels = raw.get("labels") if isinstance(raw.get("labels"), dict) else {}
+    by_label = {str(label): str(key) for key, label in labels.items()}
+    grid_keys = set(raw.get("grid") or {}) if isinstance(raw.get("grid"), dict) else set()
+    overrides: dict[str, Any] = {}
+    grid: dict[str, list[Any]] = {}
+    for item in sets:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key or not value.strip():
+            raise typer.BadParameter(
+                f"expected KEY=VALUE (e.g. agent.kind=gold or fp=0.1), got {item!r}",
+                param_hint="--set",
+            )
+        key = by_label.get(key, key)
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise typer.BadParameter(
+                f"{item!r}: the value is not valid YAML ({exc})", param_hint="--set"
+            ) from None
+        if key in grid_keys:
+            grid[key] = [parsed]
+        else:
+            overrides[key] = parsed
+    return overrides, grid
+
+
 def _load(
     path: Path, overrides: dict[str, Any] | None = None, grid: dict[str, list[Any]] | None = None
 ) -> ExperimentConfig:
@@ -308,10 +350,20 @@ def run(
     modes: Modes = None,
     out: Out = Path("results"),
     resume: Resume = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="KEY=VALUE overrides one config key (dotted, or a label such as fp); "
+            "a key the grid varies is pinned to VALUE; repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Run an experiment (every cell x trial x mode), then write and print its report."""
-    cfg = _load(config, _overrides(trials, seed, modes))
-    _execute(["run", *_override_args(trials, seed, modes)], config, cfg, jobs, out, resume)
+    extra, pinned = _run_sets(config, set_)
+    cfg = _load(config, {**_overrides(trials, seed, modes), **extra}, pinned or None)
+    sets = [arg for item in set_ or [] for arg in ("--set", item)]
+    _execute(["run", *sets, *_override_args(trials, seed, modes)], config, cfg, jobs, out, resume)
 
 
 @app.command(

@@ -295,6 +295,25 @@ def test_sweep_adds_grid_keys(tmp_path: Path) -> None:
     ).exists()
 
 
+def test_run_set_overrides_a_key_and_pins_a_label_of_the_grid(tmp_path: Path) -> None:
+    # configs/README.md documents `run --set`; a label (fp) names its dotted key.
+    config = write_config(tmp_path, {**CONFIG, "trials": 2, "report": {}})
+    result = invoke(
+        "run", config, "--set", "fp=0.3", "--set", "agent.kind=llm-like",
+        "--set", "agent.max_steps=12", "--out", tmp_path / "results", "--jobs", 1,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (run_dir,) = run_dirs(tmp_path / "results")
+    recs = records(run_dir)
+    assert {r["cell_id"] for r in recs} == {"fp=0.3"}  # the grid pinned to one value
+    assert len(recs) == 2 * len(MODES)
+    assert all(a["steps"] <= 12 for r in recs for a in r["agents"])
+    bad = invoke("run", config, "--set", "agent.kindd=gold", "--out", tmp_path / "results")
+    assert bad.exit_code == 2 and "agent.kindd" in bad.stderr
+    malformed = invoke("run", config, "--set", "fp", "--out", tmp_path / "results")
+    assert malformed.exit_code == 2 and "KEY=VALUE" in malformed.output
+
+
 def test_list(tmp_path: Path) -> None:
     configs = tmp_path / "configs"
     write_config(configs)
