@@ -130,15 +130,19 @@ def _override_args(trials: int | None, seed: int | None, modes: str | None) -> l
     return args
 
 
+def _key_value(item: str, expected: str) -> tuple[str, str]:
+    """Split one `--set` item at its first `=`, or refuse it saying what is expected."""
+    key, eq, value = item.partition("=")
+    key = key.strip()
+    if not eq or not key or not value.strip():
+        raise typer.BadParameter(f"expected {expected}, got {item!r}", param_hint="--set")
+    return key, value
+
+
 def _parse_sets(sets: list[str]) -> dict[str, list[Any]]:
     grid: dict[str, list[Any]] = {}
     for item in sets:
-        key, eq, values = item.partition("=")
-        key = key.strip()
-        if not eq or not key or not values.strip():
-            raise typer.BadParameter(
-                f"expected KEY=V1,V2,... (e.g. faults.rate=0,0.1), got {item!r}", param_hint="--set"
-            )
+        key, values = _key_value(item, "KEY=V1,V2,... (e.g. faults.rate=0,0.1)")
         try:
             grid[key] = [yaml.safe_load(v) for v in _split(values, f"--set {key}")]
         except yaml.YAMLError as exc:
@@ -169,13 +173,7 @@ def _run_sets(
     overrides: dict[str, Any] = {}
     grid: dict[str, list[Any]] = {}
     for item in sets:
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or not key or not value.strip():
-            raise typer.BadParameter(
-                f"expected KEY=VALUE (e.g. agent.kind=gold or fp=0.1), got {item!r}",
-                param_hint="--set",
-            )
+        key, value = _key_value(item, "KEY=VALUE (e.g. agent.kind=gold or fp=0.1)")
         key = by_label.get(key, key)
         try:
             parsed = yaml.safe_load(value)

@@ -18,9 +18,10 @@ tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 
 mixed 0.10/0.30, N=100/100/300/300):
 Wins: nothing leaves before commit and confirms carry keys: 87/77 on tau_retail, 80/70 with
 notifications, 0 leaked and 0 duplicated mails.
-Loses: no read-your-writes (a try is checked against the state before the plan's own earlier
-writes) and no isolation: 0/0/1/6 on tau_stress, from lost updates (180 stale commits in 100
-F2-only runs).
+Loses: a write whose try failed is never confirmed if the agent carries on past it (its one
+extra loss at 0.10 on tau_retail: an F2 on a write, where under tx-full the same failed call
+had landed, so carrying on was right there); no isolation: 0/0/1/6 on tau_stress, from lost
+updates (180 stale commits in 100 F2-only runs).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The scripted agent: performs a task's plan under any mode, reacting like a real agent.
+"""The agent loop: performs a task's plan under any mode, commits at the end.
 
-It retries a failed step up to a bound, re-reads and re-plans (a fresh attempt) after an
-abort-on-stale or a time-out, resumes from a checkpoint when the mode offers one, and
-commits at the end. The same code runs under every mode.
+How it reacts to a failed call (retry, change an argument, carry on, re-plan, give up,
+restart) is its policy's decision (`harness.policies`); the loop carries it out, counts the
+tool calls against the policy's step budget, restarts after a retryable abort by the mode
+(or resumes from the mode's checkpoint), and commits. The same code runs under every mode.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class AgentOutcome:
     # denominator a leakage cell needs to say whether it was exercised at all.
     irreversible_calls: int = 0
     steps: int = 0  # tool calls the agent issued (tau2's step count)
+    out_of_budget: bool = False  # it stopped because its step budget ran out
     reactions: list[str] = field(default_factory=list)  # its reaction to each failed call
     results: dict[str, Any] = field(default_factory=dict)
 
@@ -111,9 +113,11 @@ class StepFailed(Exception):
         *,
         permanent: bool = False,
         restart: bool = True,
+        out_of_budget: bool = False,
     ) -> None:
         super().__init__(message)
         self.source = source
+        self.out_of_budget = out_of_budget
         self.permanent = permanent  # the tool refused: trying the plan again cannot help
         self.restart = restart  # False: the agent ends the task (gave up, or out of budget)
 
@@ -130,6 +134,7 @@ class _Budget:
             raise StepFailed(
                 f"step budget of {self.max_steps} tool calls exhausted before {call.name}",
                 restart=False,
+                out_of_budget=True,
             )
         self.used += 1
 
@@ -315,6 +320,7 @@ async def run_agent(
             await Sleep(policy.replan_backoff_ms * rng.uniform(0.5, 1.5))
         except StepFailed as exc:
             outcome.failure = str(exc)
+            outcome.out_of_budget = exc.out_of_budget
             try:
                 await session.abort(exc.source, str(exc))
                 outcome.aborts.append(exc.source.value)

@@ -83,6 +83,9 @@ class Policy(Protocol):
     def react(self, failure: Failure, rng: random.Random) -> Decision: ...
 
 
+_DRAWN = (Reaction.RETRY, Reaction.ALTER, Reaction.CARRY_ON, Reaction.REPLAN, Reaction.GIVE_UP)
+
+
 def _source(failure: Failure) -> AbortSource:
     return AbortSource.TIMEOUT if failure.kind == "timeout" else AbortSource.TOOL_FAILURE
 
@@ -136,16 +139,7 @@ class LlmLikePolicy:
         if failure.kind == "refused" and failure.read_only:
             return Decision(Reaction.CARRY_ON)
         weights = (self.retry, self.alter, self.carry_on, self.replan, self.give_up)
-        u = rng.random() * sum(weights)
-        reactions = (Reaction.RETRY, Reaction.ALTER, Reaction.CARRY_ON, Reaction.REPLAN,
-                     Reaction.GIVE_UP)
-        chosen = reactions[-1]
-        acc = 0.0
-        for reaction, weight in zip(reactions, weights, strict=True):
-            acc += weight
-            if u < acc:
-                chosen = reaction
-                break
+        (chosen,) = rng.choices(_DRAWN, weights)  # one rng.random() per draw
         if chosen is Reaction.REPLAN:
             back = rng.randint(1, max(1, self.replan_depth))
             return Decision(Reaction.REPLAN, to_step=max(0, failure.step - back))
