@@ -146,7 +146,7 @@ class Tx(TxSession):
     # The core makes the handle (it is the core's record, see TxSession); the runtime then
     # attaches its driver side, under the lock that began it.
     def _attach(self, rt: Runtime, driver: _SyncDriver, autocommit: bool) -> None:
-        self.co = rt.coordinator
+        self._bind(rt.coordinator)
         self.rt = rt
         self._driver = driver
         self._autocommit = autocommit
@@ -226,7 +226,7 @@ class ATx(TxSession):
     _token: contextvars.Token[Any] | None
 
     def _attach(self, rt: Runtime, driver: _AsyncDriver) -> None:
-        self.co = rt.coordinator
+        self._bind(rt.coordinator)
         self.rt = rt
         self._driver = driver
         self._token = None

@@ -11,6 +11,8 @@ drive their steps themselves.
 
 from __future__ import annotations
 
+import itertools
+import secrets
 import threading
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
@@ -80,8 +82,14 @@ class Coordinator:
         *,
         apply_attempts: int = 8,
         keep_settlements: bool = True,
+        run_id: str | None = None,
     ) -> None:
         self.core = TransactionManager(options)
+        # Part of every key: stores keep applied keys across restarts, and transaction
+        # numbers restart at 1 in every process, so without it a new process's effects would
+        # be dropped as duplicates of an old one's. Random unless the caller (a durable log,
+        # or the harness, which wants reproducible keys) names one.
+        self.run_id = secrets.token_hex(6) if run_id is None else run_id
         # Every core access holds it. The per-call paths take it with acquire() and release()
         # in try/finally: on CPython 3.11 a `with` block costs as much again (two special
         # method lookups and a three-argument __exit__ call), and a branch takes it thrice.
@@ -112,7 +120,7 @@ class Coordinator:
     ) -> TxSession:
         with self.lock:
             tx = self.core.begin(group=group, trace=trace, branch=branch, record=TxSession)
-            tx.co = self
+            tx._bind(self)
         return tx
 
     def adopt(self, settled: list[Settlement], woken: list[int]) -> None:
@@ -152,7 +160,7 @@ class TxSession(Transaction):
     with what the driver side adds: the coordinator and the key prefix. So a handle sees its
     state and settlement without asking the core, and after the core has forgotten it."""
 
-    __slots__ = ("co", "key_prefix")
+    __slots__ = ("co", "key_prefix", "_ordinal")
 
     co: Coordinator
 
@@ -161,10 +169,29 @@ class TxSession(Transaction):
     ) -> None:
         Transaction.__init__(self, txid, epoch, trace, group, branch)
         self.key_prefix = f"{trace}:{epoch}:{branch}:"  # every effect's key starts with it
+        # Calls are numbered in the order they reach the shim (next() is atomic, so calls
+        # from worker threads get distinct numbers).
+        self._ordinal = itertools.count(1)
+
+    def _bind(self, co: Coordinator) -> None:
+        """Attach the coordinator; the key prefix gains the coordinator's run identity."""
+        self.co = co
+        if co.run_id:
+            self.key_prefix = f"{co.run_id}:{self.key_prefix}"
 
     def key(self, tool: str, part: str) -> str:
-        """The idempotency key of one effect: trace:epoch:branch:tool:part (paper Table 4)."""
+        """The idempotency key of one effect: run:trace:epoch:branch:tool:part (paper Table 4,
+        with the run identity in front)."""
         return f"{self.key_prefix}{tool}:{part}"
+
+    def call_key(self, spec: ToolSpec, args: dict[str, Any]) -> str:
+        """The key of one shimmed call. An explicit key template or function is the call's
+        identity on its own (the same arguments twice are one effect); otherwise the call's
+        ordinal in this transaction comes first, so two identical calls are two effects. A
+        retry of one call (an apply retried at commit) reuses the key it was given."""
+        if spec.key is not None:
+            return f"{self.key_prefix}{spec.key_head}{spec.key_of(args)}"
+        return f"{self.key_prefix}{spec.key_head}#{next(self._ordinal)}:{spec.key_of(args)}"
 
     # -- waiting --------------------------------------------------------------------------------
     def _decide(
@@ -310,7 +337,7 @@ class TxSession(Transaction):
                 yield from self._abort_and_raise(outcome)  # type: ignore[arg-type]
             return outcome
         scopes = tuple(map(self.co.scope, spec.write_scopes(args)))
-        key = self.key(spec.name, spec.key_part(args))
+        key = self.call_key(spec, args)
         kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
         earlier = self._staged(key)
         if earlier is not None:
@@ -334,8 +361,7 @@ class TxSession(Transaction):
         """Stage a bufferable call or queue an irreversible one; no waiting is ever needed,
         so drivers call this directly (every deferred call's path) for tools without reads.
         An AbortPlan means the core aborted the transaction: settle it and raise."""
-        # self.key(spec.name, spec.key_part(args)), spelled out: one call per deferred effect
-        key = f"{self.key_prefix}{spec.key_head}{spec.key_of(args)}"
+        key = self.call_key(spec, args)
         kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
         co = self.co
         template = spec.write_template

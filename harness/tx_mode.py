@@ -82,7 +82,8 @@ class TxTrial(TrialMode):
         self, env: TrialEnv, clock: VirtualClock, settings: ModeSettings, options: RuntimeOptions
     ) -> None:
         super().__init__(env, clock, settings)
-        self.co = Coordinator(options, apply_attempts=settings.apply_attempts)
+        # run_id "": keys stay a function of the trial alone, so records reproduce from a seed.
+        self.co = Coordinator(options, apply_attempts=settings.apply_attempts, run_id="")
 
     def session(self, ctx: AgentContext) -> TxModeSession:
         return TxModeSession(self, ctx)

@@ -142,8 +142,18 @@ def test_exception_aborts_drops_and_compensates_in_reverse_order(w: World) -> No
 
 
 def _book_key(w: World, tx: Tx, seat: int) -> str:
-    """The idempotency key of `w.book(seat)` in `tx` (the core forgets finished ones)."""
-    return tx.session.key("book", w.book.spec.key_part({"seat": seat}))
+    """The idempotency key `w.book(seat)` had in `tx`, from its settlement (the core forgets
+    finished ones): the run's prefix, the tool, the call's ordinal, then the arguments."""
+    s = tx.settlement
+    assert s is not None
+    part = w.book.spec.key_part({"seat": seat})
+    found = [
+        k
+        for k in s.accepted + s.compensated + s.residue
+        if k.startswith(f"{tx.session.key_prefix}book:#") and k.endswith(f":{part}")
+    ]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def test_an_exception_can_name_its_abort_source(w: World) -> None:
@@ -190,12 +200,40 @@ def test_call_outside_a_transaction_runs_in_its_own(w: World) -> None:
 
 
 def test_duplicate_delivery_of_a_reversible_call_runs_once(w: World) -> None:
+    """With an explicit key the key is the call's identity: the same call delivered again
+    (a retry by a framework that does not know it landed) runs once."""
+
+    @w.rt.tool(
+        effect="reversible",
+        writes="seat:{seat}",
+        key="{seat}",
+        compensate=lambda call: w.log.append(f"cancel {call.args['seat']}"),
+    )
+    def book_once(seat: int) -> str:
+        w.log.append(f"book {seat}")
+        return f"seat {seat}"
+
     with pytest.raises(RuntimeError), w.rt.transaction() as tx:
-        assert w.book(5) == "seat 5"
-        assert w.book(5) == "seat 5"  # the same call again: a duplicated delivery
+        assert book_once(5) == "seat 5"
+        assert book_once(5) == "seat 5"  # the same call again: a duplicated delivery
         raise RuntimeError("abort")
-    assert w.log == ["book 5", "cancel 5"] and w.seats == set()
+    assert w.log == ["book 5", "cancel 5"]
     assert tx.settlement is not None and tx.settlement.duplicates_suppressed == 1
+
+
+def test_two_identical_calls_without_an_explicit_key_are_two_effects(w: World) -> None:
+    """The default key includes the call's ordinal: booking seat 5 twice books it twice, and
+    an abort cancels both."""
+    with pytest.raises(RuntimeError), w.rt.transaction() as tx:
+        w.put("x", 1)
+        w.put("x", 1)
+        w.book(5)
+        w.book(5)
+        raise RuntimeError("abort")
+    s = tx.settlement
+    assert s is not None and s.duplicates_suppressed == 0
+    assert len(s.dropped) == 2 and len(set(s.dropped)) == 2
+    assert w.log == ["book 5", "book 5", "cancel 5", "cancel 5"]
 
 
 def test_seal_then_late_effect_is_a_seal_violation(w: World) -> None:

@@ -140,7 +140,7 @@ def test_good_metadata_with_templates_and_callables() -> None:
     with rt.transaction() as tx:
         ack = put("t", 7, "seven")
         assert isinstance(ack, Ack) and ack.status == "staged" and ack.tool == "put"
-        assert ack.key == f"{tx.session.trace}:{tx.epoch}:0:put:t-7"
+        assert ack.key == f"{tx.session.key_prefix}put:t-7"  # an explicit key: no ordinal
         queued = notify("Ann@x.org", cc=("bob@x.org",))
         assert queued.status == "queued" and queued.key.endswith(":notify:Ann@x.org+bob@x.org")
         assert get(7) is None  # bufferable: not applied before commit
@@ -260,7 +260,7 @@ def test_idempotency_key_reaches_irreversible_and_reversible_tools() -> None:
         queued = send("a@x.org")
         assert "send" not in seen  # gated: not before commit
         assert book(3) == "booked 3"
-        assert seen["book"].startswith(f"{tx.session.trace}:{tx.epoch}:0:book:")
+        assert seen["book"].startswith(f"{tx.session.key_prefix}book:#2:")  # 2nd call
     assert seen["send"] == queued.key
     assert tx.settlement is not None and tx.settlement.accepted == (seen["book"],)
 
