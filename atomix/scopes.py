@@ -3,6 +3,8 @@
 Conflict is decided by overlap, not string equality: `fs:/repo` covers `fs:/repo/src/app.py`,
 a table covers its rows, a URL path covers its extensions. Canonicalisation makes aliases of one
 resource (`/repo/./src/../src/app.py`, a symlink to it, the row key `"42"` and `42`) one scope.
+Each kind's spelling rules (SQLite tables and mail addresses fold case, paths resolve, URLs
+normalise) live here, in one registry (`_SCHEMES`), and the adapters take them from here.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import operator
 import os
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -23,10 +26,16 @@ __all__ = [
     "Scope",
     "ScopePolicy",
     "fs_scope",
+    "mail_address",
+    "mail_scope",
     "named_scope",
     "naive_scope",
     "parse_scope",
+    "root_is_checked",
+    "scope_within",
     "sqlite_scope",
+    "sqlite_table",
+    "template_root",
     "url_scope",
 ]
 
@@ -147,6 +156,10 @@ def _check_structure(kind: object, parts: object) -> None:
         for p in parts:
             if ":" in p or p != _named_part(p, p):
                 raise ScopeError(f"scope part {p!r} of kind {kind!r} is not canonical")
+    scheme = _SCHEMES.get(kind)
+    if scheme is not None and scheme.fold is not None and scheme.fold(parts) != parts:
+        # Otherwise one resource would have two scopes (and parse_scope(str(s)) != s).
+        raise ScopeError(f"scope parts {parts!r} of kind {kind!r} are not in canonical spelling")
 
 
 def _render(kind: str, parts: tuple[str, ...]) -> str:
@@ -235,12 +248,27 @@ def _canonical_key(key: object) -> str:
     raise ScopeError(f"row key must be an int, integral float or str, got {key!r}")
 
 
-def _check_table(table: object) -> str:
+# SQLite folds identifiers for ASCII letters only ("Orders" is "orders", "Ä" is not "ä"), so
+# folding exactly those neither misses a conflict nor orders two distinct tables.
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def sqlite_table(table: object) -> str:
+    """The canonical spelling of a SQLite table name: SQLite identifiers are case-insensitive,
+    so `Orders` and `orders` are one table and get one scope."""
     if not isinstance(table, str) or not table:
         raise ScopeError(f"sqlite table must be a non-empty string, got {table!r}")
     if ":" in table or table != table.strip() or any(ord(c) < 32 or ord(c) == 127 for c in table):
         raise ScopeError(f"sqlite table name {table!r} is not identifier-like")
-    return table
+    return table.translate(_ASCII_LOWER)
+
+
+def _fold_sqlite(parts: tuple[str, ...]) -> tuple[str, ...]:
+    # (db, table[, key]) for a database file, (table, ...) for a named handle: fold the table.
+    i = 1 if parts[0].startswith("/") else 0
+    if len(parts) <= i:
+        return parts
+    return (*parts[:i], parts[i].translate(_ASCII_LOWER), *parts[i + 1 :])
 
 
 def _sqlite_db(db: object, casefold: bool) -> str:
@@ -258,9 +286,10 @@ def sqlite_scope(
 ) -> Scope:
     """Scope of a table or one row of a SQLite file: `sqlite:/abs/shop.db:orders[:42]`.
 
-    The database path is resolved like an fs path; the key `42`, `42.0`, `"42"` is one row.
+    The database path is resolved like an fs path; the table name is folded (`sqlite_table`);
+    the key `42`, `42.0`, `"42"` is one row.
     """
-    parts = (_sqlite_db(db, casefold), _check_table(table))
+    parts = (_sqlite_db(db, casefold), sqlite_table(table))
     if key is not None:
         parts += (_canonical_key(key),)
     return Scope("sqlite", parts)
@@ -379,7 +408,37 @@ def named_scope(text: str) -> Scope:
     parts = tuple(_named_part(p, text) for p in rest)
     if kind == "sqlite" and parts[0].startswith("/"):
         raise ScopeError(f"scope name {text!r} names a database file; use sqlite_scope")
+    scheme = _SCHEMES.get(kind)
+    if scheme is not None and scheme.fold is not None:
+        parts = scheme.fold(parts)
     return Scope(kind, parts)
+
+
+# --------------------------------------------------------------------------- mail
+
+
+def mail_address(address: object) -> str:
+    """The canonical spelling of a mail address: trimmed and lower-cased as a whole."""
+    if not isinstance(address, str) or not address.strip():
+        raise ScopeError(f"mail address must be a non-empty string, got {address!r}")
+    if ":" in address:
+        # ':' separates scope parts: "a:b@x" would become a two-level scope, not one address.
+        raise ScopeError(f"mail address must not contain ':', got {address!r}")
+    return address.strip().lower()
+
+
+def mail_scope(address: str) -> Scope:
+    """Scope of one mailbox: `mail:alice@example.com`, spelt as `mail_address` spells it, so a
+    user template `mail:{to}` and the mailbox adapter name one recipient alike."""
+    return named_scope("mail:" + mail_address(address))
+
+
+def _fold_mail(parts: tuple[str, ...]) -> tuple[str, ...]:
+    # Domains are case-insensitive (RFC 5321); local parts may be case-sensitive by the letter
+    # of it, yet practically every server folds them. Folding them too can at worst order two
+    # sends that needed no ordering; not folding could miss a conflict between two spellings
+    # of one mailbox. So the whole address (every part) is folded.
+    return tuple(p.lower() for p in parts)
 
 
 def naive_scope(text: str) -> Scope:
@@ -392,26 +451,86 @@ def naive_scope(text: str) -> Scope:
 # --------------------------------------------------------------------------- parsing
 
 
+def _parse_fs(rest: str, text: str, casefold: bool) -> Scope:
+    # Leading blanks cannot start an absolute path; trailing ones may be in a file name.
+    return fs_scope(rest.lstrip(), casefold=casefold)
+
+
+def _parse_url(rest: str, text: str, casefold: bool) -> Scope:
+    return url_scope(rest)
+
+
+def _parse_sqlite(rest: str, text: str, casefold: bool) -> Scope:
+    if not rest.startswith("/"):
+        return named_scope(text)  # a handle such as `sqlite:orders:42`, not a file
+    db, *fields = rest.split(":", 2)
+    if not fields:
+        # The whole database: the parent of its table scopes.
+        return Scope("sqlite", (_sqlite_db(db, casefold),))
+    return sqlite_scope(db, fields[0], fields[1] if len(fields) > 1 else None, casefold=casefold)
+
+
+def _sqlite_within(root: Scope, scope: Scope) -> bool:
+    # A root of one path part is a database file or a directory of them (a template's literal
+    # prefix `sqlite:/data/` is cut back to `sqlite:/data`): compare the paths component-wise.
+    if scope.kind != "sqlite" or len(root.parts) != 1 or not root.parts[0].startswith("/"):
+        return root.covers(scope)
+    if not scope.parts[0].startswith("/"):
+        return False
+    mine = _components(root.parts[0])
+    return _components(scope.parts[0])[: len(mine)] == mine
+
+
+@dataclass(frozen=True, slots=True)
+class _Scheme:
+    """The spelling rules of one scope kind; a kind without an entry is a plain name
+    (`kind:part:part`, parts trimmed, canonical integers folded)."""
+
+    # Canonical parts of a scope of this kind, idempotent; applied by named_scope and required
+    # by Scope() itself. None: the parts as named_scope makes them.
+    fold: Callable[[tuple[str, ...]], tuple[str, ...]] | None = None
+    # Its own text syntax, from (text after "kind:", whole text, casefold); None: a name.
+    parse: Callable[[str, str, bool], Scope] | None = None
+    # The characters between components of its text: where a template's literal prefix is cut.
+    seps: str = ":"
+    # Whether a value put into a template can climb out of the template's literal prefix ('..',
+    # '/', symlinks). A name cannot (a value only adds parts), so its roots need no call-time check.
+    climbs: bool = False
+    # Whether a root scope contains a scope of this kind.
+    within: Callable[[Scope, Scope], bool] = Scope.covers
+
+
+# One entry per kind with rules of its own: a new scheme is one line here.
+_SCHEMES: dict[str, _Scheme] = {
+    "fs": _Scheme(parse=_parse_fs, seps="/", climbs=True),
+    "url": _Scheme(parse=_parse_url, seps="/", climbs=True),
+    "sqlite": _Scheme(
+        fold=_fold_sqlite, parse=_parse_sqlite, seps="/:", climbs=True, within=_sqlite_within
+    ),
+    "mail": _Scheme(fold=_fold_mail),
+}
+_NAME = _Scheme()
+
+
+def _kind_of(text: str) -> str | None:
+    """The kind a scope text parses to (without parsing it), or None if it has none yet."""
+    if text.startswith("/"):
+        return "fs"
+    if _URL_PREFIX_RE.match(text.lstrip()):
+        return "url"
+    head, sep, _ = text.partition(":")
+    return head.strip().lower() if sep else None
+
+
 def _parse(text: str, casefold: bool) -> Scope:
     if text.startswith("/"):
         return fs_scope(text, casefold=casefold)
     head, sep, rest = text.partition(":")
     if not sep:
         raise ScopeError(f"not a scope: {text!r} (no kind and not an absolute path)")
-    kind = head.strip().lower()
-    if kind == "fs":
-        # Leading blanks cannot start an absolute path; trailing ones may be in a file name.
-        return fs_scope(rest.lstrip(), casefold=casefold)
-    if kind == "sqlite" and rest.startswith("/"):
-        db, *fields = rest.split(":", 2)
-        if not fields:
-            # The whole database: the parent of its table scopes.
-            return Scope("sqlite", (_sqlite_db(db, casefold),))
-        return sqlite_scope(
-            db, fields[0], fields[1] if len(fields) > 1 else None, casefold=casefold
-        )
-    if kind == "url":
-        return url_scope(rest)
+    scheme = _SCHEMES.get(head.strip().lower())
+    if scheme is not None and scheme.parse is not None:
+        return scheme.parse(rest, text, casefold)
     if _URL_PREFIX_RE.match(text.lstrip()):
         return url_scope(text)
     return named_scope(text)
@@ -432,6 +551,41 @@ def parse_scope(text: str | Scope, *, casefold: bool = False) -> Scope:
         if repr(text) in str(exc):
             raise
         raise ScopeError(f"cannot parse scope {text!r}: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- template roots
+
+
+def template_root(prefix: str) -> str | None:
+    """The default root of a scope template whose literal text before its first field is
+    `prefix`: the prefix cut back to its last complete component (`fs:/tmp/demo/` and
+    `fs:/tmp/demo/f-` give `fs:/tmp/demo`), or None when that leaves no more than the kind
+    (`kv:`, `fs:/`, `https://`): then there is nothing a value could escape."""
+    kind = _kind_of(prefix)
+    if kind is None:
+        return None
+    seps = _SCHEMES.get(kind, _NAME).seps
+    cut = max(prefix.rfind(c) for c in seps)
+    if cut <= 0:
+        return None
+    text = prefix[:cut]
+    try:
+        root = parse_scope(text)
+    except ScopeError:
+        return None
+    return text if root.kind == kind else None
+
+
+def root_is_checked(kind: str) -> bool:
+    """Whether a value in a template of this kind can climb out of its root ('..', '/',
+    symlinks), so that the root must be checked at every call; names only ever add parts."""
+    return _SCHEMES.get(kind, _NAME).climbs
+
+
+def scope_within(root: Scope, scope: Scope) -> bool:
+    """True when `scope` lies within `root`, by the rules of its kind: a scope covers its
+    extensions, and a `sqlite:` directory root covers the database files below it."""
+    return _SCHEMES.get(root.kind, _NAME).within(root, scope)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,10 @@
 """Tool metadata and shims: how a plain function becomes a transactional tool.
 
 Metadata is checked when the tool is defined, never at its first call: a wrong effect class,
-a scope template that cannot be canonicalised, a reversible tool without a compensation or
-an irreversible one with one raise ToolDefinitionError naming the tool and the field.
+a scope template that is malformed or cannot be canonicalised, a reversible tool without a
+compensation or an irreversible one with one raise ToolDefinitionError naming the tool and
+the field. What can only be checked per call is a template's root (see ScopeTemplate): a
+value that would make the scope escape it raises ScopeError before anything runs or is staged.
 
 A tool function with a parameter named `idempotency_key` receives its effect's key from the
 shim (when it is applied, released or, for a reversible tool, executed); callers never pass it.
@@ -20,9 +22,37 @@ from typing import Any
 
 from atomix.effects import EffectClass
 from atomix.errors import ScopeError, ToolDefinitionError
-from atomix.scopes import Scope, ScopePolicy
+from atomix.scopes import (
+    Scope,
+    ScopePolicy,
+    parse_scope,
+    root_is_checked,
+    scope_within,
+    template_root,
+)
 
-ScopeSpec = str | Scope | Callable[..., Any]
+
+@dataclass(frozen=True, slots=True)
+class ScopeTemplate:
+    """A scope template with an explicit root that no argument value can escape.
+
+    `ScopeTemplate("fs:/data/{user}/{file}", root="fs:/data/{user}")` renders like the plain
+    template; a call whose scope (canonical: `..` applied, symlinks resolved) lies outside the
+    rendered root, or whose rendered root lies outside the root's own literal prefix
+    (`fs:/data`), raises ScopeError before the tool runs or anything is staged. A root that
+    does not cover the template is a ToolDefinitionError when the tool is defined.
+
+    A plain template string is rooted too, by default at its literal prefix cut back to the
+    last complete component: `fs:/tmp/demo/{name}` at `fs:/tmp/demo`, `https://h/v1/{id}` at
+    `https://h/v1`; `fs:{path}` and `kv:{p}` have no root. Only kinds whose values can climb
+    (fs, url, sqlite files) are checked at call time; a name such as `kv:t:{p}` cannot escape.
+    """
+
+    template: str
+    root: str | None = None
+
+
+ScopeSpec = str | Scope | ScopeTemplate | Callable[..., Any]
 
 #: The parameter through which a tool function receives its effect's idempotency key.
 KEY_PARAM = "idempotency_key"
@@ -96,20 +126,95 @@ class Call:
     args: dict[str, Any]
     result: Any = None
     before: Any = None
+    # The exception the tool raised, if it raised: it may still have acted, and is compensated.
+    error: BaseException | None = None
 
 
-def _template_fields(template: str) -> list[str]:
-    return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+def _template_fields(tool: str, field_name: str, template: str, *, scope: bool) -> list[str]:
+    """The argument names a template uses, in order; a template `str.format_map` cannot fill
+    from the arguments by name (or, for a scope, fills with anything but the value's own
+    text) is a ToolDefinitionError."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:  # unbalanced braces
+        raise ToolDefinitionError(
+            tool, field_name, f"template {template!r} is malformed: {exc}"
+        ) from None
+    names: list[str] = []
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        what = (
+            "{"
+            + name
+            + ("!" + conversion if conversion else "")
+            + (":" + spec if spec else "")
+            + "}"
+        )
+        if not name or name.isdigit():
+            why = "positional fields are not supported: name an argument"
+        elif not name.isidentifier():
+            why = "attribute and index lookups are not supported: name an argument"
+        elif scope and (spec or conversion):
+            # A scope is canonicalised from the value's own text; formatting is a callable's job.
+            why = "format specs and conversions are not supported in a scope template"
+        elif "{" in spec or conversion not in (None, "r", "s", "a"):
+            why = "nested fields and unknown conversions are not supported"
+        else:
+            names.append(name)
+            continue
+        raise ToolDefinitionError(tool, field_name, f"template {template!r}: field {what}: {why}")
+    return names
+
+
+def _literal_prefix(template: str) -> str:
+    """The text a template renders before its first field ('{{' is '{')."""
+    out = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        out.append(literal)
+        if name is not None:
+            break
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rooted:
+    """A scope template checked against its root at every call (see ScopeTemplate)."""
+
+    tool: str
+    template: str
+    root: str  # a template of the root
+    outer: str | None  # the root's own default root, when the root has fields
+    casefold: bool
+    canonical: bool  # the runtime's policy canonicalises: hand over the Scope, parsed once
+
+    def __call__(self, args: dict[str, Any]) -> str | Scope:
+        text = self.template.format_map(args)
+        scope = parse_scope(text, casefold=self.casefold)
+        root = parse_scope(self.root.format_map(args), casefold=self.casefold)
+        outer = None if self.outer is None else parse_scope(self.outer, casefold=self.casefold)
+        if not scope_within(root, scope) or (outer is not None and not scope_within(outer, root)):
+            used = ", ".join(
+                f"{k}={v!r}" for k, v in args.items() if "{" + k + "}" in self.template + self.root
+            )
+            where = root if outer is None or scope_within(outer, root) else outer
+            raise ScopeError(
+                f"tool {self.tool!r}: scope template {self.template!r} with {used} gives "
+                f"{scope}, outside its root {where}"
+            )
+        return scope if self.canonical else text
 
 
 @dataclass(frozen=True, slots=True)
 class _ScopeFn:
-    spec: ScopeSpec
+    spec: str | Scope | _Rooted | Callable[..., Any]  # a str is a template with nothing to check
 
     def __call__(self, args: dict[str, Any]) -> list[str | Scope]:
         spec = self.spec
         if spec.__class__ is str:  # the common case first: a template
             return [spec.format_map(args)]  # type: ignore[union-attr]
+        if spec.__class__ is _Rooted:
+            return [spec(args)]  # type: ignore[call-arg,arg-type]
         if isinstance(spec, Scope):
             return [spec]
         if isinstance(spec, str):
@@ -125,7 +230,7 @@ class _ScopeFn:
 def _as_list(value: ScopeSpec | Iterable[ScopeSpec] | None) -> list[ScopeSpec]:
     if value is None:
         return []
-    if isinstance(value, str | Scope) or callable(value):
+    if isinstance(value, str | Scope | ScopeTemplate) or callable(value):
         return [value]
     return list(value)
 
@@ -244,11 +349,11 @@ def define_tool(
         )
     if before is not None and effect is not EffectClass.REVERSIBLE:
         raise ToolDefinitionError(tool, "before", "before-images are for reversible tools")
-    for field_name, specs in (("reads", read_specs), ("writes", write_specs)):
-        for spec in specs:
-            _check_scope_spec(tool, field_name, spec, params, policy or ScopePolicy())
+    policy = policy or ScopePolicy()
+    read_fns = tuple(_ScopeFn(_scope_spec(tool, "reads", s, params, policy)) for s in read_specs)
+    write_fns = tuple(_ScopeFn(_scope_spec(tool, "writes", s, params, policy)) for s in write_specs)
     if isinstance(key, str):
-        missing = [f for f in _template_fields(key) if f not in params]
+        missing = [f for f in _template_fields(tool, "key", key, scope=False) if f not in params]
         if missing:
             raise ToolDefinitionError(tool, "key", f"template names unknown argument(s) {missing}")
     elif key is not None and not callable(key):
@@ -257,8 +362,8 @@ def define_tool(
         name=tool,
         fn=fn,
         effect=effect,
-        reads=tuple(_ScopeFn(s) for s in read_specs),
-        writes=tuple(_ScopeFn(s) for s in write_specs),
+        reads=read_fns,
+        writes=write_fns,
         key=key,
         compensate=compensate,
         before=before,
@@ -316,7 +421,9 @@ def with_signature(
         body = arguments
     else:
         body = f"{'await ' if is_async else ''}_atomix_target({arguments})"
-    source = f"{'async def' if is_async else 'def'} _shim({', '.join(rendered)}):\n    return {body}\n"
+    source = (
+        f"{'async def' if is_async else 'def'} _shim({', '.join(rendered)}):\n    return {body}\n"
+    )
     exec(compile(source, f"<atomix tool {name}>", "exec"), namespace)  # noqa: S102
     made = namespace["_shim"]
     made.__code__ = made.__code__.replace(co_name=name, co_qualname=name)
@@ -324,26 +431,66 @@ def with_signature(
     return made
 
 
-def _check_scope_spec(
+def _scope_spec(
     tool: str, field_name: str, spec: ScopeSpec, params: set[str], policy: ScopePolicy
-) -> None:
+) -> str | Scope | _Rooted | Callable[..., Any]:
+    """Check one reads/writes spec and return what `_ScopeFn` evaluates per call: a plain
+    template string when there is no root to check (the per-call fast path), else `_Rooted`."""
     if isinstance(spec, Scope) or callable(spec):
-        return
+        return spec
+    root: str | None = None
+    if isinstance(spec, ScopeTemplate):
+        spec, root = spec.template, spec.root
+        if not isinstance(root, str | None):
+            raise ToolDefinitionError(tool, field_name, f"root must be a template string: {root!r}")
     if not isinstance(spec, str):
-        raise ToolDefinitionError(tool, field_name, f"scope spec must be str, Scope or callable: {spec!r}")
-    fields = _template_fields(spec)
-    missing = [f for f in fields if f not in params]
+        raise ToolDefinitionError(
+            tool, field_name, f"scope spec must be str, Scope, ScopeTemplate or callable: {spec!r}"
+        )
+    fields = _template_fields(tool, field_name, spec, scope=True)
+    root_fields = [] if root is None else _template_fields(tool, field_name, root, scope=True)
+    missing = [f for f in dict.fromkeys(fields + root_fields) if f not in params]
     if missing:
         raise ToolDefinitionError(
             tool, field_name, f"scope template {spec!r} names unknown argument(s) {missing}"
         )
-    # A template is checked with placeholder values: if no plausible argument could make it
-    # a valid scope, it is wrong now, not at the first call.
+    # A template is checked with placeholder values (a distinct one per field, so that a root
+    # naming the wrong field shows): if no plausible argument could make it a valid scope, it
+    # is wrong now, not at the first call.
     errors = []
     for dummy in ("/x", "x", "1"):
+        values = {f: f"{dummy}{i}" for i, f in enumerate(dict.fromkeys(fields + root_fields))}
         try:
-            policy.resolve(spec.format_map(dict.fromkeys(fields, dummy)))
-            return
+            policy.resolve(spec.format_map(values))
+            break
         except ScopeError as exc:
             errors.append(str(exc))
-    raise ToolDefinitionError(tool, field_name, f"scope {spec!r} cannot be canonicalised: {errors[0]}")
+    else:
+        raise ToolDefinitionError(
+            tool, field_name, f"scope {spec!r} cannot be canonicalised: {errors[0]}"
+        )
+    try:
+        scope = parse_scope(spec.format_map(values), casefold=policy.casefold)
+    except ScopeError:
+        return spec  # only under the naive policy: no canonical scope, so nothing to root
+    outer = None
+    if root is None:
+        root = template_root(_literal_prefix(spec)) if fields else None
+    else:
+        try:
+            covered = scope_within(
+                parse_scope(root.format_map(values), casefold=policy.casefold), scope
+            )
+        except ScopeError as exc:
+            raise ToolDefinitionError(
+                tool, field_name, f"root {root!r} cannot be canonicalised: {exc}"
+            ) from None
+        if not covered:
+            raise ToolDefinitionError(
+                tool, field_name, f"root {root!r} does not cover scope template {spec!r}"
+            )
+        if root_fields:
+            outer = template_root(_literal_prefix(root))
+    if root is None or not root_is_checked(scope.kind):
+        return spec
+    return _Rooted(tool, spec, root, outer, policy.casefold, policy.canonical)

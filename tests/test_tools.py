@@ -147,7 +147,7 @@ def test_good_metadata_with_templates_and_callables() -> None:
     s = tx.settlement
     assert s is not None and s.committed
     assert s.applied == (ack.key,) and s.released == (queued.key,)
-    assert s.writes == ("kv:t:7", "mail:Ann@x.org", "mail:bob@x.org")
+    assert s.writes == ("kv:t:7", "mail:ann@x.org", "mail:bob@x.org")  # addresses are folded
     assert s.reads == ("kv:t", "kv:t:7")
     assert store == {"t/7": "seven", "sent/Ann@x.org": "yes"}
     assert get(7) == "seven"  # outside a transaction: runs in its own

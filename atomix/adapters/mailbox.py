@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from atomix.adapters.oplog import OpLog, fsync_dir, truncate_torn_tail
-from atomix.scopes import named_scope
+from atomix.scopes import mail_address, mail_scope
 
 SUBSTRATE = "mail"
 
@@ -34,7 +34,7 @@ class MailboxSink:
     """
 
     def __init__(self, path: Path | str, *, oplog: OpLog | None = None) -> None:
-        self._path = Path(path)
+        self._path = Path(path).absolute()  # recovery may run from another directory
         self._path.parent.mkdir(parents=True, exist_ok=True)
         self._oplog = oplog
         self._lock = threading.Lock()
@@ -54,8 +54,8 @@ class MailboxSink:
 
     @staticmethod
     def scope(to: str) -> str:
-        """The canonical scope of a recipient: ``mail:<address lower-cased>``."""
-        return str(named_scope("mail:" + _canonical_address(to)))
+        """The canonical scope of a recipient, the core's `mail_scope`: ``mail:<address folded>``."""
+        return str(mail_scope(to))
 
     def send(
         self,
@@ -67,7 +67,7 @@ class MailboxSink:
         meta: Mapping[str, Any] | None = None,
     ) -> bool:
         """Append one message; False (and nothing appended) if ``key`` was already sent."""
-        address = _canonical_address(to)
+        address = mail_address(to)
         scope = self.scope(address)
         meta_dict = dict(meta) if meta else {}
         with self._lock:
@@ -124,12 +124,3 @@ class MailboxSink:
                 # A complete but unreadable line is corruption of the ground truth: say so loudly.
                 raise ValueError(f"{self._path}:{n}: corrupt mailbox record") from exc
         return out
-
-
-def _canonical_address(to: str) -> str:
-    if not isinstance(to, str) or not to.strip():
-        raise ValueError(f"mail recipient must be a non-empty string, got {to!r}")
-    if ":" in to:
-        # ':' separates scope parts: "a:b@x" would become a two-level scope, not one address.
-        raise ValueError(f"mail recipient must not contain ':', got {to!r}")
-    return to.strip().lower()

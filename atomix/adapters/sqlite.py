@@ -13,7 +13,7 @@ from typing import Any
 
 from atomix.adapters.oplog import OpLog
 from atomix.effects import Effect, EffectClass
-from atomix.scopes import Scope, sqlite_scope
+from atomix.scopes import Scope, sqlite_scope, sqlite_table
 
 SUBSTRATE = "sqlite"
 #: The applied-key table. It lives in the same database as the rows so that one SQLite
@@ -64,7 +64,9 @@ class SQLiteStore:
     def __init__(
         self, path: Path | str, *, oplog: OpLog | None = None, durable: bool = True
     ) -> None:
-        self._path = Path(path)
+        # Absolute: the path is part of every row's scope, and scopes name files absolutely
+        # (a relative path would also change meaning with the working directory).
+        self._path = Path(path).absolute()
         self._path.parent.mkdir(parents=True, exist_ok=True)
         self._oplog = oplog
         self._lock = threading.RLock()
@@ -352,11 +354,11 @@ def _reserved(name: str) -> bool:
 
 
 def _table_name(table: str) -> str:
-    """The canonical table name. SQLite matches names case-insensitively, so "Orders" and "orders"
-    are one table: lower-case them, or one table would have two scopes."""
+    """The canonical table name, as the core spells it in scopes (`sqlite_table`: SQLite
+    identifiers are case-insensitive), restricted to names safe to quote in SQL."""
     if not isinstance(table, str) or not _TABLE_NAME.match(table):
         raise ValueError(f"table name {table!r}: letters, digits and _ only, not a leading digit")
-    name = table.lower()
+    name = sqlite_table(table)
     if _reserved(name):
         raise ValueError(f"table name {table!r} is reserved")
     return name
