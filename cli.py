@@ -596,5 +596,46 @@ def validate(config: ConfigArg) -> None:
     _out().print(table)
 
 
+EXIT_UNFINISHED = 1
+
+
+@app.command(
+    epilog="Example: atomix recover ./atomix-log",
+    help=(
+        "Finish the committed transactions a dead program left in its durable log (each "
+        "missing effect delivered once, by key), abort the rest, and say what needs a human."
+        "\n\n"
+        "Effects of the built-in adapters (files, SQLite rows, mail) are redone from the log "
+        "alone; a user tool's effect needs the program's tools: it is reported as pending, and "
+        "the program finishes it with rt.recover()."
+        "\n\n"
+        "Exit codes: 0 nothing left to do; 1 something is pending or needs a human; 2 no usable "
+        "log at LOGDIR, or it is in use by a live process."
+    ),
+)
+def recover(
+    logdir: Annotated[
+        Path,
+        typer.Argument(
+            metavar="LOGDIR",
+            help="The durable log's directory (what the program passed as Runtime(log=...)).",
+            show_default=False,
+        ),
+    ],
+) -> None:
+    """Recover a durable log (see the command's help)."""
+    from atomix.log import LogError
+    from atomix.recovery import recover as recover_log
+
+    try:
+        report = recover_log(logdir)
+    except LogError as exc:
+        _fail(f"atomix recover: {exc}")
+    for line in report.lines():
+        _out().print(Text(line), soft_wrap=True)
+    if not report.clean:
+        raise typer.Exit(EXIT_UNFINISHED)
+
+
 if __name__ == "__main__":
     app()

@@ -8,39 +8,60 @@ from atomix.decisions import AbortPlan, CommitPlan, Settlement, Wait
 from atomix.effects import AbortSource, Effect, EffectClass
 from atomix.errors import (
     AtomixError,
+    CommitIncomplete,
     IllegalTransition,
+    OutsideTransaction,
     ScopeError,
     ToolDefinitionError,
     TransactionAborted,
 )
+from atomix.log import LogBusy, LogError, TxLog
 from atomix.manager import RuntimeOptions, TransactionManager
-from atomix.runtime import Runtime, current_transaction
+from atomix.recovery import RecoveryReport, recover
+from atomix.runtime import (
+    ASavepoint,
+    Runtime,
+    Savepoint,
+    TransactionExecutor,
+    current_transaction,
+)
 from atomix.scopes import Scope, ScopePolicy, parse_scope
-from atomix.tools import Ack, Call
+from atomix.tools import Ack, Call, ScopeTemplate
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ASavepoint",
     "AbortPlan",
     "AbortSource",
     "Ack",
     "AtomixError",
     "Call",
+    "CommitIncomplete",
     "CommitPlan",
     "Effect",
     "EffectClass",
     "IllegalTransition",
+    "LogBusy",
+    "LogError",
+    "OutsideTransaction",
+    "RecoveryReport",
     "Runtime",
+    "Savepoint",
     "RuntimeOptions",
     "Scope",
     "ScopeError",
     "ScopePolicy",
+    "ScopeTemplate",
     "Settlement",
     "ToolDefinitionError",
     "TransactionAborted",
+    "TransactionExecutor",
     "TransactionManager",
+    "TxLog",
     "Wait",
     "__version__",
     "current_transaction",
     "parse_scope",
+    "recover",
 ]

@@ -87,6 +87,9 @@ class Settlement:
     waited: float = 0.0
     reads: tuple[str, ...] = field(default=())
     writes: tuple[str, ...] = field(default=())
+    # Effect key -> the exception that made it residue or a failed apply (its last attempt's).
+    # Set by the driver that carried out the plan; the core never raises or sees one.
+    errors: dict[str, BaseException] = field(default_factory=dict)
 
     @property
     def committed(self) -> bool:

@@ -38,6 +38,7 @@ class AbortSource(StrEnum):
     PRE_COMMIT_VETO = "pre_commit_veto"
     TIMEOUT = "timeout"
     SEAL_VIOLATION = "seal_violation"
+    CANCELLED = "cancelled"  # its waiter was cancelled or interrupted (CancelledError, Ctrl-C)
 
 
 class BatchApplier(Protocol):

@@ -48,3 +48,27 @@ class TransactionAborted(AtomixError):
         self.settlement = settlement
         msg = f"transaction {txid} aborted: {source}"
         super().__init__(f"{msg} ({detail})" if detail else msg)
+
+
+class CommitIncomplete(AtomixError):
+    """The transaction committed, but an effect could not be applied or delivered after its
+    retries. `settlement.failed_applies` names the effects and `settlement.errors` holds each
+    one's exception; the rest of the commit stands (its effects landed, by key, at most once).
+    """
+
+    def __init__(self, settlement: object) -> None:
+        self.settlement = settlement
+        failed = getattr(settlement, "failed_applies", ())
+        errors = getattr(settlement, "errors", {})
+        first = next((errors[k] for k in failed if k in errors), None)
+        why = f": {type(first).__name__}: {first}" if first is not None else ""
+        txid = getattr(settlement, "txid", "?")
+        super().__init__(
+            f"transaction {txid} committed, but {len(failed)} effect(s) did not land{why}"
+        )
+
+
+class OutsideTransaction(AtomixError):
+    """A tool was called outside every transaction where the runtime may not auto-commit it:
+    under `Runtime(strict=True)`, or while a transaction of the runtime is open elsewhere, so
+    that the call may belong to it (a worker thread that did not inherit its context)."""

@@ -91,6 +91,9 @@ class TransactionManager:
         self._txs: dict[int, Transaction] = {}
         self._groups: dict[str, _Group] = {}
         self._waiters: dict[int, set[int]] = {}
+        # Waiting transactions -> until when their driver waits (in the drivers' clock units;
+        # the core has none of its own). Past it, anyone deciding with the time may expire them.
+        self._deadlines: dict[int, float] = {}
         self._next_txid = 1
         self._seq = 0
         self._global = self.options.frontier == "global"
@@ -476,6 +479,37 @@ class TransactionManager:
             tx.txid, tx.epoch, tx.abort_source, tx.abort_detail, tuple(compensate), tuple(drop)  # type: ignore[arg-type]
         )
 
+    # -- savepoints (nested transactions) ----------------------------------------------------
+    def savepoint(self, txid: int) -> int:
+        """A mark in an open transaction's staging order, for `rollback_to`."""
+        tx = self.get(txid)
+        if tx.state is not OPEN:
+            raise IllegalTransition(txid, tx.state.value, "savepoint", "only an open transaction")
+        return self._seq
+
+    def rollback_to(self, txid: int, mark: int) -> AbortPlan:
+        """Undo what the open transaction staged since `mark` (a nested block that failed):
+        those effects leave it, and the plan says which to compensate (reverse order) and
+        which to drop. The transaction stays open with the rest. Its footprint keeps the
+        rolled-back scopes, reads included: ordering stays conservative, never short."""
+        tx = self.get(txid)
+        if tx.state is not OPEN:
+            raise IllegalTransition(txid, tx.state.value, "rollback", "only an open transaction")
+        compensate: list[Effect] = []
+        drop: list[Effect] = []
+        kept: dict[str, Effect] = {}
+        for key, e in tx.staged.items():
+            if e.seq <= mark:
+                kept[key] = e
+            else:
+                (compensate if e.effect_class is REVERSIBLE else drop).append(e)
+        tx.staged = kept
+        compensate.reverse()
+        return AbortPlan(
+            tx.txid, tx.epoch, AbortSource.TOOL_FAILURE, "rolled back to a savepoint",
+            tuple(compensate), tuple(drop),
+        )
+
     def resolve(self, group: str, winner: int, *, forget: bool = False) -> Resolution:
         """Speculation: abort every other live branch of `group`, then try to commit the
         winner. Losers are settled first (see `Resolution`), so the winner's commit meets
@@ -691,6 +725,54 @@ class TransactionManager:
             tuple(sorted(map(str, tx.reads))) if tx.reads else (),
             writes,
         )
+
+    # -- deadlines ---------------------------------------------------------------------------
+    def wait_until(self, txid: int, deadline: float | None) -> None:
+        """Record that `txid` waits, and until when (None: no deadline). The number is in the
+        drivers' clock units: the core only compares it with the `now` it is later given."""
+        if deadline is None:
+            self._deadlines.pop(txid, None)
+        else:
+            self._deadlines[txid] = deadline
+
+    def done_waiting(self, txid: int) -> None:
+        """`txid` no longer waits (it proceeds, or its own driver aborts it): no deadline."""
+        self._deadlines.pop(txid, None)
+
+    def next_deadline(self, txids: Iterable[int], after: float) -> float | None:
+        """The earliest deadline later than `after` among these transactions (a waiter's
+        blockers): when one of them may next be found expired."""
+        deadlines = self._deadlines
+        if not deadlines:
+            return None
+        found = [d for t in txids if (d := deadlines.get(t)) is not None and d > after]
+        return min(found) if found else None
+
+    def expire(self, now: float, *, but: int | None = None) -> list[AbortPlan]:
+        """Abort (source `timeout`) every transaction still waiting strictly past its
+        deadline: its driver is gone, or it would have aborted itself at the deadline. The
+        caller carries out each plan and finishes the transaction, as for its own abort.
+        `but` is the caller's own transaction: its own deadline is its own driver's business.
+
+        Strictly past: a live driver wakes at its deadline and settles its own transaction,
+        so at the deadline itself the owner always goes first."""
+        deadlines = self._deadlines
+        if not deadlines:
+            return []
+        plans: list[AbortPlan] = []
+        for txid in sorted(t for t, d in deadlines.items() if d < now and t != but):
+            deadline = deadlines.pop(txid)
+            tx = self._txs.get(txid)
+            if tx is None or tx.finished or tx.state in TERMINAL:
+                continue  # settled, or being settled by whoever aborted it
+            plans.append(
+                self.abort(
+                    txid,
+                    AbortSource.TIMEOUT,
+                    f"still waiting past its deadline ({deadline:g}); its driver did not act",
+                )
+            )
+        return plans
 
     def winner(self, group: str) -> int | None:
         """The branch `resolve` picked in this live group, while that pick still stands (the

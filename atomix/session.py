@@ -17,16 +17,19 @@ import threading
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from atomix.decisions import PROCEED, AbortPlan, CommitPlan, Settlement, Wait
 from atomix.effects import AbortSource, Effect, EffectClass
 from atomix.errors import IllegalTransition, TransactionAborted, UnknownTransaction
 from atomix.manager import RuntimeOptions, TransactionManager
 from atomix.scopes import Scope
-from atomix.settle import Outcome
+from atomix.settle import CompensationHook, Outcome, StepHook
 from atomix.tools import KEY_PARAM, Ack, Call, ToolSpec
 from atomix.transaction import ABORTED, OPEN, Transaction
+
+if TYPE_CHECKING:
+    from atomix.log import TxLog
 
 
 class Signal(Protocol):
@@ -38,7 +41,10 @@ class Signal(Protocol):
 @dataclass(frozen=True, slots=True)
 class Block:
     """Wait on `signal` for at most `timeout` driver time units (None: forever); send back
-    True if it was set, False on time-out."""
+    True if it was set, False on time-out. If the wait is interrupted (CancelledError,
+    KeyboardInterrupt, ...), throw that exception in: the session aborts the transaction
+    (source `cancelled`), has its plan carried out, and re-raises it. Never GeneratorExit:
+    a driver being closed can carry out nothing (its transaction expires at its deadline)."""
 
     signal: Signal
     timeout: float | None
@@ -53,12 +59,18 @@ class Run:
 
 @dataclass(frozen=True, slots=True)
 class ApplyCommit:
+    """Carry out a commit plan; call `on_step` (if set: a durable log) after each step."""
+
     plan: CommitPlan
+    on_step: StepHook | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ApplyAbort:
+    """Carry out an abort plan; call `on_compensated` (if set) after each compensation."""
+
     plan: AbortPlan
+    on_compensated: CompensationHook | None = None
 
 
 Instruction = Block | Run | ApplyCommit | ApplyAbort
@@ -99,6 +111,11 @@ class Coordinator:
         self.settlements: list[Settlement] = []
         self._wakers: dict[int, Signal] = {}
         self._scopes: dict[str, Scope] = {}
+        # The durable log (driver-side I/O; None: nothing is logged and the steps skip it),
+        # and the tools by name, from which recovery redoes a user tool's logged effect
+        # (None for a name two different tools share).
+        self.log: TxLog | None = None
+        self.tools: dict[str, ToolSpec | None] = {}
 
     def scope(self, spec: str | Scope) -> Scope:
         """The core's canonical scope, memoised for texts whose canonical form depends on the
@@ -160,7 +177,7 @@ class TxSession(Transaction):
     with what the driver side adds: the coordinator and the key prefix. So a handle sees its
     state and settlement without asking the core, and after the core has forgotten it."""
 
-    __slots__ = ("co", "key_prefix", "_ordinal")
+    __slots__ = ("co", "key_prefix", "_ordinal", "_undone")
 
     co: Coordinator
 
@@ -172,6 +189,8 @@ class TxSession(Transaction):
         # Calls are numbered in the order they reach the shim (next() is atomic, so calls
         # from worker threads get distinct numbers).
         self._ordinal = itertools.count(1)
+        # What savepoint rollbacks undid, for the final settlement: (plan, outcome) pairs.
+        self._undone: list[tuple[AbortPlan, Outcome]] | None = None
 
     def _bind(self, co: Coordinator) -> None:
         """Attach the coordinator; the key prefix gains the coordinator's run identity."""
@@ -201,35 +220,114 @@ class TxSession(Transaction):
         clock: Callable[[], float],
         timeout: float | None,
     ) -> Steps:
-        """Ask the core until it stops saying Wait; time out into an abort."""
-        start = clock()
-        blocked = False
+        """Ask the core until it stops saying Wait; time out into an abort.
+
+        The deadline (first wait + `timeout`, in the driver's clock) is recorded in the core,
+        so that if this driver goes away, a waiter behind this transaction (which wakes at
+        its blockers' deadlines too) expires it there and carries out its abort. A waiter
+        the driver interrupts (it throws any exception in at the Block: CancelledError,
+        KeyboardInterrupt, ...) aborts with source `cancelled`, settles, and re-raises it.
+        """
+        co = self.co
+        start: float | None = None
+        deadline: float | None = None
         while True:
-            with self.co.lock:
+            with co.lock:
                 self._raise_if_settled()
                 decision = attempt()
                 if isinstance(decision, Wait):
-                    # Made only when needed (an Event is not free), parked under the lock.
+                    # Made only when needed (an Event is not free). A driver that cannot wait
+                    # raises here, before anything about this wait is recorded.
                     signal = new_signal()
-                    self.co._park(self.txid, signal)
+                    now = clock()
+                    if start is None:
+                        start = now
+                        if timeout is not None:
+                            deadline = now + timeout
+                            co.core.wait_until(self.txid, deadline)
+                    expired = co.core.expire(now, but=self.txid)
+                    if not expired:
+                        co._park(self.txid, signal)  # parked under the lock
+                        wake = co.core.next_deadline([b.txid for b in decision.blockers], now)
+                elif start is not None:
+                    co.core.done_waiting(self.txid)
             if not isinstance(decision, Wait):
-                if blocked:
+                if start is not None:
                     self.waited += clock() - start
                 return decision
-            blocked = True
-            remaining = None if timeout is None else timeout - (clock() - start)
+            if expired:  # blockers whose drivers are gone: abort them here, then ask again
+                yield from self._settle_expired(expired, start, clock)
+                continue
+            own = wake is None or (deadline is not None and deadline <= wake)
+            if own:  # (computed as before deadlines were the core's: same float rounding)
+                remaining = None if timeout is None else timeout - (now - start)
+            else:
+                remaining = wake - now  # type: ignore[operator]
             woken = remaining is None or remaining > 0
             if woken:
-                woken = yield Block(signal, remaining)
-            if not woken:
-                with self.co.lock:
-                    self.co._wakers.pop(self.txid, None)
+                try:
+                    woken = yield Block(signal, remaining)
+                except GeneratorExit:  # the steps are closed (abandoned): nothing to settle
+                    raise
+                except BaseException as exc:
+                    yield from self._interrupted(exc, start, clock)
+                    raise
+            if not woken and own:
+                with co.lock:
+                    co._wakers.pop(self.txid, None)
                     self._raise_if_settled()
-                    self.waited += clock() - start
-                    blockers = ", ".join(f"tx{b.txid}@{b.epoch}" for b in decision.blockers)
-                    return self.co.core.abort(
-                        self.txid, AbortSource.TIMEOUT, f"still waiting on {blockers}"
-                    )
+                    # A blocker past its own deadline is the one to abort, not this one.
+                    expired = co.core.expire(clock(), but=self.txid)
+                    if not expired:
+                        co.core.done_waiting(self.txid)
+                        self.waited += clock() - start
+                        blockers = ", ".join(f"tx{b.txid}@{b.epoch}" for b in decision.blockers)
+                        return co.core.abort(
+                            self.txid, AbortSource.TIMEOUT, f"still waiting on {blockers}"
+                        )
+                yield from self._settle_expired(expired, start, clock)
+
+    def _settle_expired(
+        self, plans: list[AbortPlan], start: float, clock: Callable[[], float]
+    ) -> Steps:
+        """Carry out the aborts of other transactions that the core expired for us, and finish
+        them (their scopes are released, their waiters and their handles woken)."""
+        for plan in plans:
+            with self.co.lock:
+                other: TxSession = self.co.core.get(plan.txid)  # type: ignore[assignment]
+            try:
+                yield from other.settle_abort_steps(plan)
+            except GeneratorExit:
+                raise
+            except BaseException as exc:
+                if not other.finished:  # what ran is unknown: report it all as residue
+                    other._finish(residue=list(plan.compensate))
+                yield from self._interrupted(exc, start, clock)
+                raise
+
+    def _interrupted(self, exc: BaseException, start: float, clock: Callable[[], float]) -> Steps:
+        """The driver threw `exc` in while this transaction waited: abort it (source
+        `cancelled`) and carry out the plan, unless another party aborted it already."""
+        co = self.co
+        with co.lock:
+            co._wakers.pop(self.txid, None)
+            co.core.done_waiting(self.txid)
+            if self.settlement is not None or self.state is ABORTED:
+                return
+            self.waited += clock() - start
+            plan = co.core.abort(
+                self.txid, AbortSource.CANCELLED, f"{type(exc).__name__} while waiting"
+            )
+        try:
+            yield from self.settle_abort_steps(plan)
+        except GeneratorExit:
+            raise
+        except BaseException:
+            # Interrupted again while compensating: what ran is unknown, so it is all
+            # residue, and the scopes are released all the same.
+            if not self.finished:
+                self._finish(residue=list(plan.compensate))
+            raise
 
     def _raise_if_settled(self) -> None:
         """Raise TransactionAborted once the transaction is aborted (here or by another
@@ -280,6 +378,8 @@ class TxSession(Transaction):
             self._raise_if_settled()
             if self.state is OPEN:
                 self.co.core.seal(self.txid)
+        if self.co.log is not None:
+            yield from self._log_intent()
         decision = yield from self._decide(
             lambda: self.co.core.try_commit(self.txid), driver.new_signal, driver.now, driver.timeout
         )
@@ -287,9 +387,26 @@ class TxSession(Transaction):
             yield from self._abort_and_raise(decision)
         return (yield from self.settle_commit_steps(decision))
 
+    def _log_intent(self) -> Steps:
+        """Write the intent (the staged effects' redo records) before commit starts; a
+        transaction whose intent could not be logged must not commit, so it aborts."""
+        try:
+            self.co.log.intent(self)  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - e.g. a full disk: fail closed
+            with self.co.lock:
+                plan = self.co.core.abort(self.txid, AbortSource.PRE_COMMIT_VETO, f"durable log: {exc}")
+            yield from self._abort_and_raise(plan)
+
     def settle_commit_steps(self, plan: CommitPlan) -> Steps:
-        outcome: Outcome = yield ApplyCommit(plan)
-        return self._finish(failed_applies=outcome.failed_applies)
+        log = self.co.log
+        if log is None:
+            outcome: Outcome = yield ApplyCommit(plan)
+        else:  # the committed mark, durably, before the first apply; each step's mark; the end
+            hook = log.commit_point(self)
+            outcome = yield ApplyCommit(plan, hook)
+            if hook is not None:
+                log.end(self)
+        return self._finish(failed_applies=outcome.failed_applies, errors=outcome.errors)
 
     def abort_steps(self, source: AbortSource | str = AbortSource.PRE_COMMIT_VETO, detail: str = "") -> Steps:
         with self.co.lock:
@@ -299,24 +416,66 @@ class TxSession(Transaction):
         return (yield from self.settle_abort_steps(plan))
 
     def settle_abort_steps(self, plan: AbortPlan) -> Steps:
-        outcome: Outcome = yield ApplyAbort(plan)
-        return self._finish(residue=outcome.residue)
+        log = self.co.log
+        if log is None:
+            outcome: Outcome = yield ApplyAbort(plan)
+        else:  # each compensation's mark, then the end (a transaction never logged: neither)
+            hook = log.abort_hook(self)
+            outcome = yield ApplyAbort(plan, hook)
+            if hook is not None:
+                log.end(self)
+        return self._finish(residue=outcome.residue, errors=outcome.errors)
+
+    # -- savepoints -------------------------------------------------------------------------------
+    def savepoint(self) -> int:
+        """A mark for `rollback_steps`: a nested block begins here."""
+        with self.co.lock:
+            self._raise_if_settled()
+            return self.co.core.savepoint(self.txid)
+
+    def rollback_steps(self, mark: int) -> Steps:
+        """Undo what was staged since `mark`: compensate the reversible effects (reverse
+        order), drop the rest. The transaction stays open; what was undone, and any residue,
+        is reported in its final settlement."""
+        with self.co.lock:
+            self._raise_if_settled()
+            plan = self.co.core.rollback_to(self.txid, mark)
+        if not plan.compensate and not plan.drop:
+            return
+        log = self.co.log
+        # Logged compensations are marked, so recovery does not compensate them again.
+        outcome: Outcome = yield ApplyAbort(plan, None if log is None else log.abort_hook(self))
+        with self.co.lock:
+            if self._undone is None:
+                self._undone = []
+            self._undone.append((plan, outcome))
 
     def _abort_and_raise(self, plan: AbortPlan) -> Steps:
         settlement = yield from self.settle_abort_steps(plan)
         raise TransactionAborted(self.txid, plan.source.value, plan.detail, settlement)
 
     def _finish(
-        self, *, residue: list[Effect] | None = None, failed_applies: list[Effect] | None = None
+        self,
+        *,
+        residue: list[Effect] | None = None,
+        failed_applies: list[Effect] | None = None,
+        errors: dict[str, BaseException] | None = None,
     ) -> Settlement:
         co = self.co
         with co.lock:
+            undone = self._undone
+            if undone:  # residue left by savepoint rollbacks changed the world for good too
+                residue = [*(residue or ()), *(e for _, out in undone for e in out.residue)]
             settlement, woken = co.core.finish(
                 self.txid,
                 residue=residue or (),
                 failed_applies=failed_applies or (),
                 forget=True,
             )
+            if errors:
+                settlement.errors = errors
+            if undone:
+                _report_rollbacks(settlement, undone, co.core.options.classify_residue)
             co._settled(settlement, woken)
         return settlement
 
@@ -348,12 +507,25 @@ class TxSession(Transaction):
         call = Call(spec.name, args)
         if spec.before is not None:
             call.before = yield Run(lambda: spec.before(**args))  # type: ignore[misc]
-        call.result = yield Run(lambda: spec.fn(**kwargs))
         compensate = spec.compensate
         assert compensate is not None
         effect = Effect(
             spec.name, spec.effect, scopes, key, compensate=lambda: compensate(call), payload=call
         )
+        log = self.co.log
+        if log is not None:  # durably BEFORE it runs: a crash mid-call can still be compensated
+            log.call_started(self, key, spec, args, call.before)
+        try:
+            call.result = yield Run(lambda: spec.fn(**kwargs))
+        except Exception as exc:
+            # It may have acted before it raised (half a booking, a request that landed and
+            # lost its answer): stage it anyway, so the abort this error leads to compensates
+            # it (the compensation sees `call.error`), or reports residue if that fails.
+            call.error = exc
+            yield from self.stage_steps(effect)
+            raise
+        if log is not None:
+            log.call_returned(self, key, call)
         yield from self.stage_steps(effect)
         return call.result
 
@@ -361,7 +533,11 @@ class TxSession(Transaction):
         """Stage a bufferable call or queue an irreversible one; no waiting is ever needed,
         so drivers call this directly (every deferred call's path) for tools without reads.
         An AbortPlan means the core aborted the transaction: settle it and raise."""
-        key = self.call_key(spec, args)
+        # self.call_key(spec, args), spelled out: one call per deferred effect
+        if spec.key is None:
+            key = f"{self.key_prefix}{spec.key_head}#{next(self._ordinal)}:{spec.key_of(args)}"
+        else:
+            key = f"{self.key_prefix}{spec.key_head}{spec.key_of(args)}"
         kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
         co = self.co
         template = spec.write_template
@@ -390,6 +566,26 @@ class TxSession(Transaction):
     def _staged(self, key: str) -> Effect | None:
         """This transaction's staged effect with this key, if there is one."""
         return self.staged.get(key)
+
+
+def _report_rollbacks(
+    settlement: Settlement, undone: list[tuple[AbortPlan, Outcome]], classify: bool
+) -> None:
+    """Add what savepoint rollbacks compensated, dropped or left as residue."""
+    compensated: list[str] = []
+    dropped: list[str] = []
+    residue: list[str] = []
+    for plan, outcome in undone:
+        left = {e.key for e in outcome.residue}
+        compensated += [e.key for e in plan.compensate if e.key not in left]
+        dropped += [e.key for e in plan.drop]
+        residue += [e.key for e in plan.compensate if e.key in left]
+        if outcome.errors:
+            settlement.errors = {**outcome.errors, **settlement.errors}
+    settlement.compensated = (*compensated, *settlement.compensated)
+    settlement.dropped = (*dropped, *settlement.dropped)
+    if classify and residue:
+        settlement.residue = (*residue, *settlement.residue)
 
 
 class DriverHooks(Protocol):

@@ -22,7 +22,17 @@ class Outcome:
 
     failed_applies: list[Effect] = field(default_factory=list)
     residue: list[Effect] = field(default_factory=list)
-    errors: list[BaseException] = field(default_factory=list)
+    # Effect key -> the exception that made it a failed apply or residue (the last attempt's).
+    errors: dict[str, BaseException] = field(default_factory=dict)
+
+    def failed(self, effects: Sequence[Effect], exc: BaseException) -> None:
+        self.failed_applies.extend(effects)
+        for effect in effects:
+            self.errors[effect.key] = exc
+
+    def left(self, effect: Effect, exc: BaseException) -> None:
+        self.residue.append(effect)
+        self.errors[effect.key] = exc
 
 
 def _batches(effects: Sequence[Effect]) -> list[tuple[Any, list[Effect]]]:
@@ -60,29 +70,44 @@ def _steps(plan: CommitPlan) -> list[tuple[Callable[[], Any], list[Effect]]]:
     return steps
 
 
-def carry_out_commit(plan: CommitPlan, *, attempts: int = 3) -> Outcome:
+#: Called after each commit step with its effects and whether they landed (a durable log
+#: marks them settled, so recovery does not deliver them again).
+StepHook = Callable[[Sequence[Effect], bool], None]
+#: Called after each compensation with the effect and whether it succeeded.
+CompensationHook = Callable[[Effect, bool], None]
+
+
+def carry_out_commit(
+    plan: CommitPlan, *, attempts: int = 3, on_step: StepHook | None = None
+) -> Outcome:
     outcome = Outcome()
     for step, effects in _steps(plan):
+        ok = False
         for attempt in range(attempts):
             try:
                 step()
+                ok = True
                 break
             except Exception as exc:  # noqa: BLE001 - any tool error is retried under its key
                 if attempt == attempts - 1:
-                    outcome.failed_applies.extend(effects)
-                    outcome.errors.append(exc)
+                    outcome.failed(effects, exc)
+        if on_step is not None:
+            on_step(effects, ok)
     return outcome
 
 
-def carry_out_abort(plan: AbortPlan) -> Outcome:
+def carry_out_abort(plan: AbortPlan, *, on_compensated: CompensationHook | None = None) -> Outcome:
     outcome = Outcome()
     for effect in plan.compensate:
+        ok = False
         try:
             assert effect.compensate is not None
             effect.compensate()
+            ok = True
         except Exception as exc:  # noqa: BLE001 - a failed compensation is residue
-            outcome.residue.append(effect)
-            outcome.errors.append(exc)
+            outcome.left(effect, exc)
+        if on_compensated is not None:
+            on_compensated(effect, ok)
     return outcome
 
 
@@ -93,28 +118,38 @@ async def _maybe_await(fn: Callable[[], Any]) -> Any:
     return result
 
 
-async def acarry_out_commit(plan: CommitPlan, *, attempts: int = 3) -> Outcome:
+async def acarry_out_commit(
+    plan: CommitPlan, *, attempts: int = 3, on_step: StepHook | None = None
+) -> Outcome:
     outcome = Outcome()
     for step, effects in _steps(plan):
+        ok = False
         for attempt in range(attempts):
             try:
                 await _maybe_await(step)
+                ok = True
                 break
             except Exception as exc:  # noqa: BLE001
                 if attempt == attempts - 1:
-                    outcome.failed_applies.extend(effects)
-                    outcome.errors.append(exc)
+                    outcome.failed(effects, exc)
+        if on_step is not None:
+            on_step(effects, ok)
     return outcome
 
 
-async def acarry_out_abort(plan: AbortPlan) -> Outcome:
+async def acarry_out_abort(
+    plan: AbortPlan, *, on_compensated: CompensationHook | None = None
+) -> Outcome:
     outcome = Outcome()
     for effect in plan.compensate:
+        ok = False
         try:
             assert effect.compensate is not None
             comp: Callable[[], Awaitable[Any] | Any] = effect.compensate
             await _maybe_await(comp)
+            ok = True
         except Exception as exc:  # noqa: BLE001
-            outcome.residue.append(effect)
-            outcome.errors.append(exc)
+            outcome.left(effect, exc)
+        if on_compensated is not None:
+            on_compensated(effect, ok)
     return outcome

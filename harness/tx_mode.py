@@ -60,7 +60,12 @@ class VirtualDriver:
                 return stop.value
             send, throw = None, None
             if isinstance(instr, Block):
-                send = await self.ctx.block(instr.signal, instr.timeout)  # type: ignore[arg-type]
+                try:
+                    send = await self.ctx.block(instr.signal, instr.timeout)  # type: ignore[arg-type]
+                except GeneratorExit:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - an interrupted waiter aborts (cancelled)
+                    throw = exc
             elif isinstance(instr, Run):
                 try:
                     send = instr.fn()

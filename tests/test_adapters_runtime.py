@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from atomix import Runtime, TransactionAborted
+from atomix import CommitIncomplete, Runtime, TransactionAborted
 from atomix.adapters import FileStore, MailboxSink, OpLog, SQLiteStore, row_effect
 from atomix.adapters.tools import file_tools, mail_tools, sqlite_tools
 from atomix.effects import Effect
@@ -173,12 +173,14 @@ def test_a_batch_that_keeps_failing_lands_nothing_and_is_reported(tmp_path: Path
     store.failures = 99
     rt = Runtime(apply_attempts=3)
     db = sqlite_tools(rt, store)
-    with rt.transaction() as tx:
+    with pytest.raises(CommitIncomplete) as raised, rt.transaction() as tx:
         db.put("t", 1, "a")
         db.put("t", 2, "b")
     s = tx.settlement
-    assert s is not None and s.committed and not s.clean
+    assert s is not None and s.committed and not s.clean and raised.value.settlement is s
     assert len(s.failed_applies) == 2 and s.applied == ()
+    assert set(s.errors) == set(s.failed_applies)  # each one's exception is kept
+    assert "did not land" in str(raised.value)
     assert store.failures == 96 and _raw_rows(store.path, "t") == {}
 
 

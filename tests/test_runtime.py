@@ -572,9 +572,12 @@ def test_async_waiter_is_woken_by_a_thread_commit() -> None:
     assert w.store == {"s": "thread"}  # World w wrote to its own dict, first
 
 
-def test_sync_tool_in_an_async_transaction_is_refused(w: World) -> None:
+def test_sync_tool_in_an_async_transaction_of_another_runtime_is_refused(w: World) -> None:
+    # (Of its own runtime it joins: tests/test_cancellation.py.)
+    other = Runtime(timeout=JOIN)
+
     async def main() -> None:
-        async with w.rt.atransaction():
+        async with other.atransaction():
             w.put("x", 1)
 
     with pytest.raises(Exception, match="another runtime or driver"):

@@ -6,7 +6,10 @@
 
 Each tool is shimmed: inside `with rt.transaction()` (or `rt.run`, or a branch) its effect is
 deferred to commit; outside any transaction a call runs in a transaction of its own. The tools
-are synchronous, so they belong in `rt.transaction()`, not in `rt.atransaction()`.
+are synchronous and work in `async with rt.atransaction() as tx:` too: writes, rows and mail
+stage or queue at once when called directly; a read (`read_text`, `get`) called directly runs
+at once unless it must wait for an earlier transaction, and then raises: `await
+tx.call(fs.read_text, path)` waits without blocking the loop and reads in a worker thread.
 
 How the idempotency key reaches the store: file writes and mail go through `rt.tool`, whose shim
 passes the effect's key to a function parameter named `idempotency_key`. Row writes instead stage
@@ -35,7 +38,8 @@ from atomix.adapters.mailbox import MailboxSink
 from atomix.adapters.sqlite import RowWrite, SQLiteStore, row_effect
 from atomix.effects import Effect
 from atomix.errors import AtomixError
-from atomix.runtime import Runtime, Tx, current_transaction
+from atomix.log import REDO_ATTR
+from atomix.runtime import ATx, Runtime, Tx, current_transaction
 from atomix.tools import Ack
 
 __all__ = ["FileTools", "MailTools", "SQLiteTools", "file_tools", "mail_tools", "sqlite_tools"]
@@ -87,6 +91,9 @@ def file_tools(rt: Runtime, store: FileStore) -> FileTools:
     def write_text(path: str, text: str, idempotency_key: str) -> bool:
         return store.write(path, text, key=idempotency_key)
 
+    # A durable log describes the effect from the store (root) and the arguments, so that
+    # `atomix recover` can redo it in a new process without this program.
+    setattr(write_text, REDO_ATTR, ("fs.write", store))
     write = rt.tool(
         write_text,
         effect="bufferable",
@@ -130,9 +137,9 @@ def _stage_row(rt: Runtime, store: SQLiteStore, tool: str, table: str, k: Any, v
     """Stage one row write in the current transaction (or in one of its own)."""
     tx = current_transaction()
     if tx is None:
-        with rt.transaction():
+        with rt._own_transaction(tool):
             return _stage_row(rt, store, tool, table, k, value)
-    if not isinstance(tx, Tx) or tx.rt is not rt:
+    if not isinstance(tx, (Tx, ATx)) or tx.rt is not rt:
         raise AtomixError(
             f"tool {tool!r}: called inside a transaction of another runtime or driver"
         )
@@ -140,7 +147,10 @@ def _stage_row(rt: Runtime, store: SQLiteStore, tool: str, table: str, k: Any, v
     key = tx.session.key(tool, _nth_write_key(rt, store.scope(table, ck), [table, ck, value]))
     effect = row_effect(store, table, k, value, key=key, tool=tool)
     effect.scopes = tuple(map(rt.coordinator.scope, effect.scopes))  # this runtime's policy
-    tx.stage(effect)
+    if isinstance(tx, ATx):  # staging never waits: done at once, from sync code
+        tx._drive_inline(tx.stage_steps(effect), tool)
+    else:
+        tx.stage(effect)
     return Ack("staged", key, tool)
 
 
@@ -151,6 +161,7 @@ def mail_tools(rt: Runtime, sink: MailboxSink) -> MailTools:
     def send(to: str, subject: str, body: str, idempotency_key: str) -> bool:
         return sink.send(to, subject, body, key=idempotency_key)
 
+    setattr(send, REDO_ATTR, ("mail.send", sink))  # see file_tools
     gated = rt.tool(
         send,
         effect="irreversible",
