@@ -349,3 +349,14 @@ def test_two_identical_sends_are_two_mails(tmp_path: Path) -> None:
     assert len({first.key, again.key, other.key}) == 3
     assert [r["body"] for r in _outbox(outbox)] == ["same body", "same body", "another body"]
     assert tx.settlement is not None and tx.settlement.duplicates_suppressed == 0
+
+
+def test_the_ready_made_tools_import_from_the_package() -> None:
+    """README-style imports: the tools are reachable from `atomix.adapters` itself."""
+    from atomix.adapters import file_tools as ft
+    from atomix.adapters import mail_tools as mt
+    from atomix.adapters import sqlite_tools as st
+
+    assert (ft, st, mt) == (file_tools, sqlite_tools, mail_tools)
+    with pytest.raises(AttributeError):
+        from atomix.adapters import no_such_tool  # noqa: F401
