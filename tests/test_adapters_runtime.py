@@ -358,5 +358,5 @@ def test_the_ready_made_tools_import_from_the_package() -> None:
     from atomix.adapters import sqlite_tools as st
 
     assert (ft, st, mt) == (file_tools, sqlite_tools, mail_tools)
-    with pytest.raises(AttributeError):
+    with pytest.raises(ImportError):
         from atomix.adapters import no_such_tool  # noqa: F401
