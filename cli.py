@@ -637,5 +637,40 @@ def recover(
         raise typer.Exit(EXIT_UNFINISHED)
 
 
+@app.command(epilog="Example: atomix show results/tau_retail/<run-id> saga/fp=0.3/4")
+def show(
+    run_dir: Annotated[
+        Path,
+        typer.Argument(metavar="RUN", help="A run directory (see `atomix runs`).", show_default=False),
+    ],
+    trial: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="TRIAL",
+            help="Line number in trials.jsonl, the trial's key, or a part of the key that only "
+            "one trial has. Without it: list the run's trials.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Show one trial's timeline: each call the substrates saw, the faults injected, and how
+    each agent settled. The trial is replayed from the run's config and checked against its
+    stored record."""
+    from harness.show import ShowError, find_trial, records_of, render, replay, summary
+
+    try:
+        records = records_of(run_dir)
+        if trial is None:
+            lines = summary(records)
+        else:
+            lines = render(replay(run_dir, find_trial(records, trial)))
+    except ShowError as exc:
+        _fail(f"atomix show: {exc}")
+    except ConfigError as exc:
+        _fail(f"atomix show: {exc}")
+    for line in lines:
+        _out().print(Text(line), soft_wrap=True)
+
+
 if __name__ == "__main__":
     app()

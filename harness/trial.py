@@ -102,8 +102,22 @@ def exercised(
     }
 
 
-def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]:
-    """Run one trial and return its record (JSON-ready)."""
+@dataclass(frozen=True)
+class TrialTrace:
+    """What a trial did below the shims, for `atomix show`: the substrates' operation log,
+    the sink's messages and the injected faults (the record keeps only counts of these)."""
+
+    ops: list[Any]
+    messages: list[Any]
+    faults: list[dict[str, Any]]
+    workdir: str  # the trial's own temporary directory, which file and SQLite scopes name
+
+
+def run_trial(
+    spec: TrialSpec, *, workdir: Path | None = None, trace: list[TrialTrace] | None = None
+) -> dict[str, Any]:
+    """Run one trial and return its record (JSON-ready); with `trace`, also append what it
+    did below the shims."""
     wall = time.perf_counter()
     workload = get_workload(spec.workload)
     # The scenario depends on the trial, not the mode or the fault cell: same tasks for all.
@@ -161,6 +175,8 @@ def run_trial(spec: TrialSpec, *, workdir: Path | None = None) -> dict[str, Any]
             invariant_violations=invariants,
             reported_residue=sum(o.reported_residue for o in outcomes),
         )
+        if trace is not None:
+            trace.append(TrialTrace(list(ops), list(messages), fault_records, str(env.workdir)))
         outcomes.sort(key=lambda o: o.agent)
         n = max(1, len(outcomes))
         metrics = {
