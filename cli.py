@@ -8,34 +8,42 @@ directory (nothing is written), 130 interrupted by Ctrl-C (finished trials are k
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import shlex
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-import yaml
 from rich.console import Console
-from rich.measure import Measurement
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from harness import reporting
-from harness.config import ConfigError, ExperimentConfig, load_config
-from harness.report import Table, to_rich
-from harness.runner import RunError, RunResult
-from harness.runner import run as run_experiment
+from harness.errors import ConfigError, RunError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from harness.config import ExperimentConfig
+    from harness.report import Table
+    from harness.runner import RunResult
+
+
+class _Lazy:
+    """A module imported on first use: `atomix --version` and `--help` must not pay for the
+    harness (pydantic) or the report stack (scipy, matplotlib, pandas)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+reporting: Any = _Lazy("harness.reporting")
+yaml: Any = _Lazy("yaml")
 
 app = typer.Typer(
     name="atomix",
@@ -193,6 +201,8 @@ def _load(
 ) -> ExperimentConfig:
     """Load, validate and check a config's report section, or exit 2 with the message."""
     try:
+        from harness.config import load_config
+
         config = load_config(path, overrides=overrides, grid=grid)
         reporting.check_report(config, path)
     except ConfigError as exc:
@@ -203,13 +213,23 @@ def _load(
 # --------------------------------------------------------------------------- running
 
 
-class _TrialsPerSecond(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text(f"{speed:.1f} trials/s" if speed else "- trials/s", style="progress.data.speed")
-
-
 def _progress() -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        Task,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    class _TrialsPerSecond(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            text = f"{speed:.1f} trials/s" if speed else "- trials/s"
+            return Text(text, style="progress.data.speed")
+
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -234,6 +254,8 @@ def _run_with_progress(
             else:
                 bar.update(task[0], completed=done)
 
+        from harness.runner import run as run_experiment
+
         return run_experiment(
             config, out=out, jobs=jobs, resume=resume, progress=progress, on_start=started.append
         )
@@ -241,6 +263,10 @@ def _run_with_progress(
 
 def _print_table(table: Table) -> None:
     """Print a report table; one too wide for the terminal is shown with cells as rows."""
+    from rich.measure import Measurement
+
+    from harness.report import to_rich
+
     console = _out()
     rich_table = to_rich(table)
     unlimited = console.options.update_width(1_000_000)
@@ -316,9 +342,11 @@ def _execute(
 
 def _version(value: bool) -> None:
     if value:
-        from atomix import __version__
+        # The installed distribution's version: importing atomix for __version__ would load
+        # the whole runtime (the two agree; tests/test_cli.py checks it).
+        from importlib.metadata import version
 
-        typer.echo(f"atomix-tx {__version__}")
+        typer.echo(f"atomix-tx {version('atomix-tx')}")
         raise typer.Exit()
 
 

@@ -19,18 +19,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from harness.errors import ConfigError  # defined there (cheap to import); used here
 from harness.faults import FaultConfig
 from harness.modes import ModeSettings
 from harness.policies import AgentConfig
-
-
-class ConfigError(ValueError):
-    """A config is wrong: the message names the file, the key path and what is allowed."""
-
-    def __init__(self, path: str | Path, problems: Sequence[str]) -> None:
-        self.path = str(path)
-        self.problems = list(problems)
-        super().__init__("\n".join(f"{self.path}: {p}" for p in self.problems))
 
 
 class _Strict(BaseModel):

@@ -30,13 +30,10 @@ from harness.config import (
     config_hash,
     expand_cells,
 )
+from harness.errors import RunError  # defined there (cheap to import); used here
 from harness.trial import TrialSpec, run_trial
 
 DEFAULT_RESULTS = Path("results")
-
-
-class RunError(RuntimeError):
-    """A run cannot start or resume (e.g. the run directory belongs to another config)."""
 
 
 @dataclass
