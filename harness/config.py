@@ -3,53 +3,114 @@
 A config names a workload, the modes to compare, a number of trials and a base fault
 configuration, plus a grid (or an explicit list) of cells: each cell overrides dotted keys
 of the config (`faults.rate`, `faults.classes`, `params.agents`, ...). Every cell is
-validated as a whole config, so an out-of-range value in a grid is reported by its key.
+validated as a whole config, its `params` by the workload's own model, so an out-of-range
+value in a grid is reported by its cell and key before any trial runs.
+
+Loading is bounded (harness.yamlload): input that is not UTF-8, alias bombs, cyclic aliases,
+deep nesting and repeated keys are refused, and so is a grid larger than `SizeLimits`.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import json
+import math
+import re
+import unicodedata
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.errors import ConfigError  # defined there (cheap to import); used here
 from harness.faults import FaultConfig
 from harness.modes import ModeSettings
 from harness.policies import AgentConfig
+from harness.yamlload import MAX_BYTES, YamlInputError, load_yaml
+
+# A name that becomes a path component (run directories, table and plot files) or a column:
+# plain characters, never "." or ".." (which would leave the results directory).
+IDENTIFIER = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+# A dotted config key, as grid keys, cell keys and --set use them: `faults.rate`.
+DOTTED_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+
+
+def check_identifier(value: str, what: str = "a name") -> str:
+    """`value` if it is a plain identifier, else ValueError saying what is allowed."""
+    if not isinstance(value, str) or not IDENTIFIER.fullmatch(value) or value in (".", ".."):
+        raise ValueError(
+            f"{what} must be 1-100 characters of A-Z a-z 0-9 _ . - and not '.' or '..', got {value!r}"
+        )
+    return value
+
+
+def check_dotted_key(key: Any) -> str:
+    """`key` if it is a dotted config key (`faults.rate`), else ValueError."""
+    if not isinstance(key, str) or not DOTTED_KEY.fullmatch(key):
+        raise ValueError(
+            f"{key!r} is not a dotted config key (parts of A-Z a-z 0-9 _ - joined by '.', "
+            "e.g. faults.rate)"
+        )
+    return key
+
+
+@dataclass(frozen=True)
+class SizeLimits:
+    """Caps on what one config may plan; `validate`, `run` and `sweep` enforce them before
+    expanding the grid (a 10^10-cell grid must be refused, not built). The options
+    `--max-cells` and `--max-trials` raise them."""
+
+    # The paper's configs have at most 15 cells; 1,000 validate in well under a second
+    # (each cell is a whole config to check), 10,000 take seconds.
+    max_cells: int = 1_000
+    max_trials: int = 1_000_000  # cells x modes x trials per cell
+
+
+DEFAULT_LIMITS = SizeLimits()
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and infinities are refused: a NaN passes no comparison and an infinite latency or
+    # time-out never lets a trial end.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# The longest simulated duration a config may ask for: about 11.6 simulated days.
+MAX_MS = 1e9
 
 
 class SettingsModel(_Strict):
     """Time-outs and retry bounds shared by every mode (simulated milliseconds)."""
 
-    timeout_ms: float = Field(30_000.0, gt=0)
+    timeout_ms: float = Field(30_000.0, gt=0, le=MAX_MS)
     apply_attempts: int = Field(8, ge=1, le=20)
     step_retries: int = Field(2, ge=0, le=20)
-    backoff_ms: float = Field(20.0, ge=0)
+    backoff_ms: float = Field(20.0, ge=0, le=MAX_MS)
 
     def mode_settings(self) -> ModeSettings:
-        return ModeSettings(self.timeout_ms, self.apply_attempts, self.step_retries, self.backoff_ms)
+        # One shared (frozen) instance per value: a plan asks once per trial and mode.
+        return _mode_settings(self.timeout_ms, self.apply_attempts, self.step_retries, self.backoff_ms)
+
+
+@functools.lru_cache(maxsize=256)
+def _mode_settings(timeout_ms: float, apply_attempts: int, step_retries: int, backoff_ms: float) -> ModeSettings:
+    return ModeSettings(timeout_ms, apply_attempts, step_retries, backoff_ms)
 
 
 class ToolModel(_Strict):
     """Simulated tool latency per real delivery."""
 
-    latency_ms: float = Field(5.0, ge=0)
-    jitter_ms: float = Field(2.0, ge=0)
+    latency_ms: float = Field(5.0, ge=0, le=MAX_MS)
+    jitter_ms: float = Field(2.0, ge=0, le=MAX_MS)
 
 
 class TableModel(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str
     metric: str
     kind: Literal["proportion", "mean", "per_1000", "sum"] = "proportion"
     columns: list[str] = []
@@ -63,12 +124,22 @@ class TableModel(_Strict):
         "aborts", "compensations", "irreversible_calls", "sends", "none",
     ] | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return check_identifier(v, "a table name")
+
 
 class PlotModel(_Strict):
     table: str
     kind: Literal["bar", "line"] = "bar"
     x: str | None = None
     name: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return check_identifier(v, "a plot name") if v else v  # "": the default <table>-<kind>
 
 
 class ReportModel(_Strict):
@@ -80,11 +151,13 @@ class ReportModel(_Strict):
 class ExperimentConfig(_Strict):
     """One experiment. See configs/README.md for every key."""
 
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str | None = None
     description: str = ""
     workload: str
+    # Kept as written (the manifest and config hash are unchanged); validated per cell by
+    # the workload's own model in validate_config.
     params: dict[str, Any] = {}
-    seed: int = 0
+    seed: int = Field(0, ge=-(2**63), le=2**63 - 1)
     trials: int = Field(ge=1, le=1_000_000)
     modes: list[str] = Field(min_length=1)
     faults: FaultConfig = FaultConfig()
@@ -95,6 +168,12 @@ class ExperimentConfig(_Strict):
     agent: AgentConfig = AgentConfig()
     tool: ToolModel = ToolModel()
     report: ReportModel = ReportModel()
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str | None) -> str | None:
+        # The name is a directory under --out: "..", "a/b" or "/x" would write elsewhere.
+        return v if v is None else check_identifier(v, "the name")
 
     @field_validator("workload")
     @classmethod
@@ -122,8 +201,32 @@ class ExperimentConfig(_Strict):
     @classmethod
     def _grid_lists(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
         for key, values in v.items():
+            check_dotted_key(key)
             if not values:
                 raise ValueError(f"grid key {key!r} has no values")
+        return v
+
+    @field_validator("cells")
+    @classmethod
+    def _cell_keys(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, cell in enumerate(v):
+            for key in cell:
+                try:
+                    check_dotted_key(key)
+                except ValueError as exc:
+                    raise ValueError(f"cell {i}: {exc}") from None
+            if CELL_LABEL in cell:
+                check_identifier(cell[CELL_LABEL], f"cell {i}'s label")
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _label_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, label in v.items():
+            check_dotted_key(key)
+            check_identifier(label, f"the label of {key}")
+        if len(set(v.values())) != len(v):
+            raise ValueError("two keys have the same label")
         return v
 
 
@@ -131,13 +234,26 @@ def _format_loc(loc: Sequence[Any]) -> str:
     return ".".join(str(p) for p in loc) or "(top level)"
 
 
-def _problems(exc: ValidationError, prefix: str = "") -> list[str]:
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _problems(exc: ValidationError, under: str = "") -> list[str]:
+    """One line per error: `<under>.<key path>: <message> (got <value>)`."""
     out = []
     for err in exc.errors():
-        loc = _format_loc(err["loc"])
+        loc = [under] if under else []
+        loc += [str(p) for p in err["loc"]]
+        msg = err["msg"].removeprefix("Value error, ")
+        # A model-level check names its key itself ("agents: must be ..."): make it the path.
+        named = re.match(r"([A-Za-z0-9_/]+): ", msg) if not err["loc"] else None
+        if named:
+            loc.append(named.group(1))
+            msg = msg[named.end() :]
         value = err.get("input")
-        shown = "" if isinstance(value, dict) or "got" in err["msg"] else f" (got {value!r})"
-        out.append(f"{prefix}{loc}: {err['msg']}{shown}")
+        shown = "" if isinstance(value, dict) or "got" in msg else f" (got {_short_repr(value)})"
+        out.append(f"{_format_loc(loc)}: {msg}{shown}")
     return out
 
 
@@ -166,62 +282,151 @@ def load_config(
     *,
     overrides: Mapping[str, Any] | None = None,
     grid: Mapping[str, list[Any]] | None = None,
+    limits: SizeLimits | None = DEFAULT_LIMITS,
 ) -> ExperimentConfig:
     """Read and validate a config file; raise ConfigError naming file and key on any problem.
 
     `overrides` set dotted keys; `grid` adds (or replaces) grid keys. Both apply before
-    validation.
+    validation, so a bad `--set` value is reported like a bad value in the file. `limits`
+    caps cells and trials (None: no cap).
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)  # bounded: the path may be /dev/zero
     except OSError as exc:
         raise ConfigError(path, [f"cannot read: {exc.strerror or exc}"]) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(path, [f"not valid YAML: {exc}"]) from None
+        data = load_yaml(raw)
+    except YamlInputError as exc:
+        raise ConfigError(path, [str(exc)]) from None
     if not isinstance(data, dict):
         raise ConfigError(path, ["(top level): must be a mapping of keys to values"])
-    data.setdefault("name", path.stem)
+    if "name" not in data:
+        try:
+            data["name"] = check_identifier(path.stem, "the file name")
+        except ValueError as exc:
+            raise ConfigError(path, [f"name: not given, and {exc}; add a `name:` key"]) from None
     for key, value in (overrides or {}).items():
         try:
-            set_dotted(data, key, value)
-        except KeyError as exc:
-            raise ConfigError(path, [str(exc)]) from None
+            set_dotted(data, check_dotted_key(key), value)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(path, [f"--set {key}: {exc.args[0]}"]) from None
     base = data.get("grid")
     if grid and (base is None or isinstance(base, dict)):  # a broken grid is left to validation
         data["grid"] = {**(base or {}), **grid}
-    return validate_config(data, path)
+    return validate_config(data, path, limits)
 
 
-def validate_config(data: dict[str, Any], path: str | Path = "<config>") -> ExperimentConfig:
+# More lines than this are summarised: a 10,000-cell grid with one bad key is one problem.
+MAX_PROBLEMS = 12
+
+
+# Control, format (zero-width, BOM, bidi), surrogate and private-use characters: never
+# meant in a config, invisible when read, and they break what the text is written into
+# (a U+FEFF in a title stops matplotlib's PDF writer; a lone surrogate cannot be UTF-8).
+_INVISIBLE = frozenset(("Cc", "Cf", "Cs", "Co"))
+_ALLOWED_CONTROLS = frozenset("\n\t")
+
+
+def _unprintable(node: Any, loc: str = "") -> list[str]:
+    """`<key path>: ...` for every string (key or value) holding such a character."""
+    found: list[str] = []
+
+    def check(text: str, where: str) -> None:
+        for i, ch in enumerate(text):
+            if ch not in _ALLOWED_CONTROLS and unicodedata.category(ch) in _INVISIBLE:
+                found.append(
+                    f"{where or '(top level)'}: contains U+{ord(ch):04X} ({unicodedata.name(ch, 'a control character')}) "
+                    f"at position {i}; only visible text is allowed"
+                )
+                return
+
+    if isinstance(node, str):
+        check(node, loc)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{loc}.{key}" if loc else str(key)
+            if isinstance(key, str):
+                check(key, where)
+            found += _unprintable(value, where)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _unprintable(value, f"{loc}.{i}" if loc else str(i))
+    return found
+
+
+def count_cells(config: ExperimentConfig) -> int:
+    """How many cells `expand_cells` would make, without making them."""
+    return len(config.cells or [{}]) * math.prod(len(v) for v in config.grid.values())
+
+
+def check_size(config: ExperimentConfig, limits: SizeLimits, path: str | Path = "<config>") -> None:
+    """ConfigError if the config plans more cells or trials than `limits` allow."""
+    cells = count_cells(config)
+    if cells > limits.max_cells:
+        raise ConfigError(path, [
+            f"grid: {cells:,} cells exceed the limit of {limits.max_cells:,} "
+            "(raise it with --max-cells N if you mean it)"
+        ])
+    total = cells * len(config.modes) * config.trials
+    if total > limits.max_trials:
+        raise ConfigError(path, [
+            f"trials: {cells:,} cells x {len(config.modes)} modes x {config.trials:,} trials = "
+            f"{total:,} trials exceed the limit of {limits.max_trials:,} "
+            "(lower --trials, or raise the limit with --max-trials N)"
+        ])
+
+
+def validate_config(
+    data: dict[str, Any], path: str | Path = "<config>", limits: SizeLimits | None = None
+) -> ExperimentConfig:
+    """The validated config, or ConfigError listing every problem (file, cell and key).
+
+    Guarantees on success: every cell, merged with the base config, is a valid config whose
+    `params` the cell's workload accepts; cell ids are unique; plots and `report.main` name
+    existing tables; with `limits`, the grid is within them; no text holds an invisible
+    character.
+    """
+    from harness.workloads import params_model
+
+    unprintable = _unprintable(data)
+    if unprintable:
+        raise ConfigError(path, unprintable[:MAX_PROBLEMS])
     try:
         config = ExperimentConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(path, _problems(exc)) from None
-    problems = []
-    for cell in expand_cells(config):
+    if limits is not None:
+        check_size(config, limits, path)
+    cells = expand_cells(config)
+    base = config.model_dump(mode="json")
+    per_cell: list[list[str]] = []
+    seen: set[str] = set()
+    checked: dict[str, list[str]] = {}  # params -> their problems: cells often share params
+    for cell in cells:
+        cid = cell_id(config, cell)
+        found: list[str] = []
+        if cid in seen:
+            found.append(f"cell id {cid!r} occurs twice (a repeated grid value or cell); cell ids must be unique")
+        seen.add(cid)
         try:
-            cell_config(config, cell)
+            cfg = cell_config(config, cell, base=base)
         except ValidationError as exc:
-            label = ", ".join(f"{k}={v}" for k, v in cell.items())
-            problems.extend(_problems(exc, prefix=f"cell [{label}]: "))
+            found.extend(_problems(exc))
         except KeyError as exc:
-            problems.append(f"cell: {exc.args[0]}")
-    from harness.workloads import get_workload
-
-    workload = get_workload(config.workload)
-    check = getattr(workload, "check", None)
-    if check is not None:
-        for cell in expand_cells(config):
-            try:
-                check(cell_config(config, cell).params)
-            except (ValueError, KeyError) as exc:
-                problems.append(str(exc))
-                break
-            except ValidationError:
-                break  # already reported above
+            found.append(str(exc.args[0]))
+        else:
+            key = repr((cfg.workload, cfg.params))
+            if key not in checked:
+                try:
+                    params_model(cfg.workload).model_validate(cfg.params)
+                    checked[key] = []
+                except ValidationError as exc:
+                    checked[key] = _problems(exc, under="params")
+            found.extend(checked[key])
+        per_cell.append(found)
+    problems = _merge_cell_problems(config, cells, per_cell)
     names = {t.name for t in config.report.tables}
     for i, plot in enumerate(config.report.plots):
         if plot.table not in names:
@@ -233,6 +438,21 @@ def validate_config(data: dict[str, Any], path: str | Path = "<config>") -> Expe
     return config
 
 
+def _merge_cell_problems(
+    config: ExperimentConfig, cells: list[dict[str, Any]], per_cell: list[list[str]]
+) -> list[str]:
+    """A problem every cell has is said once without a cell; the others name their cell."""
+    common = set.intersection(*(set(p) for p in per_cell)) if len(cells) > 1 else set()
+    problems = [p for p in per_cell[0] if p in common] if common else []
+    for cell, found in zip(cells, per_cell, strict=True):
+        label = "" if cell == {} else f"cell [{cell_id(config, cell)}]: "
+        problems.extend(f"{label}{p}" for p in found if p not in common)
+    if len(problems) > MAX_PROBLEMS:
+        more = len(problems) - MAX_PROBLEMS + 1
+        problems = [*problems[: MAX_PROBLEMS - 1], f"... and {more:,} more problems"]
+    return problems
+
+
 def expand_cells(config: ExperimentConfig) -> list[dict[str, Any]]:
     """The cells: explicit `cells`, each crossed with the `grid` (or the grid alone)."""
     base = config.cells or [{}]
@@ -241,14 +461,30 @@ def expand_cells(config: ExperimentConfig) -> list[dict[str, Any]]:
     return [{**cell, **dict(zip(keys, combo, strict=True))} for cell in base for combo in combos]
 
 
-def cell_config(config: ExperimentConfig, cell: Mapping[str, Any]) -> ExperimentConfig:
-    """The config with one cell's overrides applied (validated)."""
-    data = config.model_dump(mode="json")
+def cell_config(
+    config: ExperimentConfig, cell: Mapping[str, Any], *, base: dict[str, Any] | None = None
+) -> ExperimentConfig:
+    """The config with one cell's overrides applied (validated).
+
+    `base` is `config.model_dump(mode="json")` when the caller has it: dumping once for
+    many cells is what keeps a large grid quick. It is not modified.
+    """
+    data = dict(config.model_dump(mode="json") if base is None else base)
+    data["grid"], data["cells"] = {}, []
     for key, value in cell.items():
         if key == CELL_LABEL:
             continue
-        set_dotted(data, key, copy.deepcopy(value))
-    data["grid"], data["cells"] = {}, []
+        # Copy only the mappings on the key's path: the rest is shared with `base`, which
+        # neither this nor pydantic's validation mutates.
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            nxt = node.get(part)
+            if nxt is not None and not isinstance(nxt, dict):
+                raise KeyError(f"{key}: {part!r} is not a mapping")
+            node[part] = nxt = dict(nxt or {})
+            node = nxt
+        node[parts[-1]] = copy.deepcopy(value)
     return ExperimentConfig.model_validate(data)
 
 

@@ -14,8 +14,18 @@ WORKLOADS: dict[str, tuple[str, str]] = {
 }
 
 
-def get_workload(name: str) -> Any:
+def _workload_class(name: str) -> Any:
     if name not in WORKLOADS:
         raise KeyError(f"unknown workload {name!r}; allowed: {', '.join(sorted(WORKLOADS))}")
     module, cls = WORKLOADS[name]
-    return getattr(importlib.import_module(module), cls)()
+    return getattr(importlib.import_module(module), cls)
+
+
+def get_workload(name: str) -> Any:
+    return _workload_class(name)()
+
+
+def params_model(name: str) -> Any:
+    """The pydantic model (a harness.workloads.base.WorkloadParams) of a workload's `params`:
+    every workload class declares it as `Params`, so the registry above is the only list."""
+    return _workload_class(name).Params

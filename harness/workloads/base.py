@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict
 
 from harness.agent import AgentOutcome, AgentPolicy, Task
 from harness.substrates import TrialEnv
@@ -30,11 +32,24 @@ class Scenario:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+class WorkloadParams(BaseModel):
+    """Base of every workload's `params` model: what `validate` accepts, the scenario runs.
+
+    Unknown keys are refused; values are taken strictly as written (no "4" for 4, no true
+    for 1, no 3.0 for an integer; an integer is a valid float); NaN and infinities are
+    refused. A model that needs the workload's data to decide (e.g. a sample larger than its
+    split) checks it in a model validator, so a grid cell is refused as early as the file.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
 class Workload(Protocol):
-    """A named family of tasks over the trial substrates."""
+    """A named family of tasks over the trial substrates; `Params` validates `params`."""
 
     name: str
     description: str
     tools: Mapping[str, ToolDef]
+    Params: ClassVar[type[WorkloadParams]]
 
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario: ...

@@ -18,17 +18,24 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, get_args
 
 from atomix.effects import AbortSource
 from harness.agent import AgentPolicy, Step, Task
 from harness.faults import ToolTimeout
 from harness.substrates import TrialEnv
 from harness.tooling import Delivery, ToolDef, ToolError
-from harness.workloads.base import Scenario
+from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.synthetic import TOOLS as SYNTHETIC_TOOLS
 
-SOURCES = ("tool_failure", "losing_speculation", "stale_read", "pre_commit_veto", "timeout")
+Source = Literal["tool_failure", "losing_speculation", "stale_read", "pre_commit_veto", "timeout"]
+SOURCES: tuple[str, ...] = get_args(Source)
+
+
+class LeakageParams(WorkloadParams):
+    """`params` of the leakage workload: which abort source ends the transaction."""
+
+    source: Source = "tool_failure"
 
 
 def _fail(env: TrialEnv, a: dict[str, Any], d: Delivery) -> Any:
@@ -60,11 +67,10 @@ class LeakageWorkload:
     name = "leakage"
     description = "a staged send, then an abort by one of five sources; leaks read from the sink"
     tools = TOOLS
+    Params = LeakageParams
 
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
-        source = str(params.get("source", "tool_failure"))
-        if source not in SOURCES:
-            raise ValueError(f"params.source: unknown abort source {source!r}; allowed: {SOURCES}")
+        source = LeakageParams.model_validate(params).source
         policy = AgentPolicy(step_retries=1, max_attempts=1)
         offsets = None
         if source == "tool_failure":

@@ -24,16 +24,17 @@ Parameters (`params.*` in a config):
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 from collections.abc import Mapping
 from typing import Any
+
+from pydantic import Field
 
 from atomix.effects import EffectClass
 from harness.agent import AgentPolicy, Step, Task
 from harness.substrates import TrialEnv
 from harness.tooling import Delivery, ToolDef, ToolError
-from harness.workloads.base import Scenario
+from harness.workloads.base import Scenario, WorkloadParams
 
 
 def _none(env: TrialEnv, args: dict[str, Any]) -> list[str]:
@@ -242,32 +243,33 @@ def run_directly(tasks: list[Task], tools: Mapping[str, ToolDef]) -> dict[str, A
         env.close()
 
 
+class SyntheticParams(WorkloadParams):
+    """`params` of the synthetic workload (see the module docstring)."""
+
+    # Each agent is a thread with its own task; beyond 64 a trial takes seconds, not ms.
+    agents: int = Field(1, ge=1, le=64)
+    step_retries: int = Field(2, ge=0, le=20)
+    veto_rate: float = Field(0.0, ge=0.0, le=1.0)
+
+
 class SyntheticWorkload:
     """Paper Table 9's synthetic substrate workload."""
 
     name = "synthetic"
     description = "6-12 mixed-class tool calls across buffer, files, SQLite and mailbox"
     tools = TOOLS
-
-    def check(self, params: Mapping[str, Any]) -> None:
-        """Refuse a parameter the scenario could not honour (called when a config loads)."""
-        veto = params.get("veto_rate", 0.0)
-        if isinstance(veto, bool) or not isinstance(veto, int | float) or not (
-            math.isfinite(veto) and 0.0 <= veto <= 1.0
-        ):
-            raise ValueError(f"params.veto_rate: must be a probability in [0, 1], got {veto!r}")
+    Params = SyntheticParams
 
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
-        agents = int(params.get("agents", 1))
-        tasks = [make_task(rng, f"a{i}", f"t{trial}-{i}") for i in range(agents)]
-        veto_rate = float(params.get("veto_rate", 0.0))
-        if veto_rate > 0.0:
+        p = SyntheticParams.model_validate(params)
+        tasks = [make_task(rng, f"a{i}", f"t{trial}-{i}") for i in range(p.agents)]
+        if p.veto_rate > 0.0:
             # Drawn after the plans, so the plans are the same whatever the veto rate.
-            vetoes = [rng.random() < veto_rate for _ in tasks]
+            vetoes = [rng.random() < p.veto_rate for _ in tasks]
             tasks = [dataclasses.replace(t, veto=v) for t, v in zip(tasks, vetoes, strict=True)]
         return Scenario(
             tasks=tasks,
             setup=setup,
-            expected=(lambda: run_directly(tasks, TOOLS)) if agents == 1 else None,
-            policy=AgentPolicy(step_retries=int(params.get("step_retries", 2))),
+            expected=(lambda: run_directly(tasks, TOOLS)) if p.agents == 1 else None,
+            policy=AgentPolicy(step_retries=p.step_retries),
         )

