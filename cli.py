@@ -1,11 +1,17 @@
 """The `atomix` command: run experiments, sweep parameters, rebuild reports, compare modes.
 
 Every command is a thin wrapper over `harness.config`, `harness.runner` and
-`harness.reporting`. Exit codes: 0 success, 2 a bad config / bad option / unusable run
-directory (nothing is written), 130 interrupted by Ctrl-C (finished trials are kept).
+`harness.reporting`. Exit codes: 0 success, 1 the disk refused a write (full, read-only; the
+run stays resumable), 2 a bad config / bad option / unusable or locked run directory
+(nothing is written), 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM (finished trials
+are kept).
 """
 
 from __future__ import annotations
+
+# isort: off
+import harness.startup  # noqa: F401 - first: a signal during the imports below exits in one line
+# isort: on
 
 import dataclasses
 import importlib
@@ -43,7 +49,6 @@ class _Lazy:
 
 
 reporting: Any = _Lazy("harness.reporting")
-yaml: Any = _Lazy("yaml")
 
 app = typer.Typer(
     name="atomix",
@@ -54,6 +59,7 @@ app = typer.Typer(
     epilog="Example: atomix run configs/synthetic_fault_class.yaml --trials 20; atomix list modes",
 )
 
+EXIT_DISK = 1
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
 LIST_KINDS = ("configs", "modes", "workloads", "faults")
@@ -104,10 +110,64 @@ Resume = Annotated[
         "--resume", help="Resume this interrupted run directory (same config and overrides)."
     ),
 ]
+
+
+class DamagedChoice(StrEnum):
+    rerun = "rerun"
+    skip = "skip"
+
+
+Damaged = Annotated[
+    DamagedChoice,
+    typer.Option(
+        "--damaged",
+        help="On --resume, what to do with damaged lines of trials.jsonl: rerun (move them to "
+        "trials.damaged.jsonl and run their trials again: the run ends complete) or skip "
+        "(leave them; the trials they name are not run again).",
+    ),
+]
 ConfigArg = Annotated[
     Path,
     typer.Argument(metavar="CONFIG.yaml", help="Experiment config (YAML).", show_default=False),
 ]
+MaxCells = Annotated[
+    int | None,
+    typer.Option("--max-cells", min=1, help="Refuse a config with more cells (default 1,000)."),
+]
+MaxTrials = Annotated[
+    int | None,
+    typer.Option(
+        "--max-trials",
+        min=1,
+        help="Refuse a config planning more trials, cells x modes x trials (default 1,000,000).",
+    ),
+]
+
+
+def _limits(max_cells: int | None, max_trials: int | None) -> Any:
+    """The size caps for load_config: the defaults, raised (or lowered) by the options."""
+    from harness.config import DEFAULT_LIMITS, SizeLimits
+
+    return SizeLimits(
+        max_cells=max_cells or DEFAULT_LIMITS.max_cells,
+        max_trials=max_trials or DEFAULT_LIMITS.max_trials,
+    )
+
+
+def _limit_args(max_cells: int | None, max_trials: int | None) -> list[str]:
+    """The size options as given, for the command that resumes an interrupted run."""
+    pairs = (("--max-cells", max_cells), ("--max-trials", max_trials))
+    return [arg for flag, value in pairs if value is not None for arg in (flag, str(value))]
+
+
+def _set_value(item: str, text: str) -> Any:
+    """One `--set` value parsed as YAML by the config loader's bounded parser."""
+    from harness.yamlload import YamlInputError, load_yaml
+
+    try:
+        return load_yaml(text)
+    except YamlInputError as exc:
+        raise typer.BadParameter(f"{item!r}: {exc}", param_hint="--set") from None
 
 
 def _split(value: str, what: str) -> list[str]:
@@ -151,12 +211,7 @@ def _parse_sets(sets: list[str]) -> dict[str, list[Any]]:
     grid: dict[str, list[Any]] = {}
     for item in sets:
         key, values = _key_value(item, "KEY=V1,V2,... (e.g. faults.rate=0,0.1)")
-        try:
-            grid[key] = [yaml.safe_load(v) for v in _split(values, f"--set {key}")]
-        except yaml.YAMLError as exc:
-            raise typer.BadParameter(
-                f"{item!r}: a value is not valid YAML ({exc})", param_hint="--set"
-            ) from None
+        grid[key] = [_set_value(item, v) for v in _split(values, f"--set {key}")]
     return grid
 
 
@@ -170,9 +225,12 @@ def _run_sets(
     """
     if not sets:
         return {}, {}
+    from harness.yamlload import MAX_BYTES, YamlInputError, load_yaml
+
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        with path.open("rb") as fh:
+            raw = load_yaml(fh.read(MAX_BYTES + 1))
+    except (OSError, YamlInputError):
         raw = None  # load_config reports the file's problem itself
     raw = raw if isinstance(raw, dict) else {}
     labels = raw.get("labels") if isinstance(raw.get("labels"), dict) else {}
@@ -183,12 +241,7 @@ def _run_sets(
     for item in sets:
         key, value = _key_value(item, "KEY=VALUE (e.g. agent.kind=gold or fp=0.1)")
         key = by_label.get(key, key)
-        try:
-            parsed = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise typer.BadParameter(
-                f"{item!r}: the value is not valid YAML ({exc})", param_hint="--set"
-            ) from None
+        parsed = _set_value(item, value)
         if key in grid_keys:
             grid[key] = [parsed]
         else:
@@ -197,13 +250,19 @@ def _run_sets(
 
 
 def _load(
-    path: Path, overrides: dict[str, Any] | None = None, grid: dict[str, list[Any]] | None = None
+    path: Path,
+    overrides: dict[str, Any] | None = None,
+    grid: dict[str, list[Any]] | None = None,
+    limits: Any = None,
 ) -> ExperimentConfig:
-    """Load, validate and check a config's report section, or exit 2 with the message."""
-    try:
-        from harness.config import load_config
+    """Load, validate and check a config's report section, or exit 2 with the message.
 
-        config = load_config(path, overrides=overrides, grid=grid)
+    `limits` (a harness.config.SizeLimits) defaults to the default caps.
+    """
+    try:
+        from harness.config import DEFAULT_LIMITS, load_config
+
+        config = load_config(path, overrides=overrides, grid=grid, limits=limits or DEFAULT_LIMITS)
         reporting.check_report(config, path)
     except ConfigError as exc:
         _fail(str(exc))
@@ -243,7 +302,12 @@ def _progress() -> Progress:
 
 
 def _run_with_progress(
-    config: ExperimentConfig, out: Path, jobs: int, resume: Path | None, started: list[Path]
+    config: ExperimentConfig,
+    out: Path,
+    jobs: int,
+    resume: Path | None,
+    started: list[Path],
+    damaged: str = "rerun",
 ) -> RunResult:
     with _progress() as bar:
         task: list[Any] = []
@@ -257,7 +321,14 @@ def _run_with_progress(
         from harness.runner import run as run_experiment
 
         return run_experiment(
-            config, out=out, jobs=jobs, resume=resume, progress=progress, on_start=started.append
+            config,
+            out=out,
+            jobs=jobs,
+            resume=resume,
+            progress=progress,
+            on_start=started.append,
+            damaged=damaged,
+            notice=lambda text: bar.console.print(Text(text, style="yellow"), soft_wrap=True),
         )
 
 
@@ -278,11 +349,28 @@ def _print_table(table: Table) -> None:
 
 
 def _report(run_dir: Path, report_from: ExperimentConfig | None = None) -> reporting.Report:
+    from harness.rundir import RunIOError, damaged_summary, io_error
+
     try:
         run = reporting.load_run(run_dir, report_from)
+    except RunIOError as exc:
+        _fail(str(exc), EXIT_DISK)
     except (ConfigError, RunError) as exc:
         _fail(str(exc))
-    result = reporting.write_run_report(run)
+    if run.damaged:
+        # The report is built from the whole records; the damaged lines are named, not fatal.
+        _err().print(
+            Text(
+                f"{run_dir}/trials.jsonl: {damaged_summary(run.damaged)}: left out of the "
+                "report; resuming the run moves them aside and runs their trials again",
+                style="yellow",
+            ),
+            soft_wrap=True,
+        )
+    try:
+        result = reporting.write_run_report(run)
+    except OSError as exc:
+        _fail(str(io_error(run_dir, exc, "cannot write the report:")), EXIT_DISK)
     if result.main is not None:
         _print_table(result.main)
     if run.status != "complete":
@@ -304,24 +392,42 @@ def _execute(
     jobs: int | None,
     out: Path,
     resume: Path | None,
+    damaged: str = "rerun",
 ) -> None:
-    """Run (or resume), then report; on Ctrl-C print the command that resumes the run."""
+    """Run (or resume), then report; on SIGINT/SIGTERM or a disk error print one line with
+    the command that resumes the run."""
+    from harness.interrupts import exit_code, set_note
+    from harness.rundir import RunIOError
+
     started: list[Path] = []
-    try:
-        result = _run_with_progress(config, out, jobs or _jobs_default(), resume, started)
-    except RunError as exc:
-        _fail(str(exc))
-    except KeyboardInterrupt:
-        run_dir = started[0] if started else resume
-        if run_dir is None:
-            _fail("interrupted before the run started; nothing was written", EXIT_INTERRUPTED)
-        again = shlex.join(
+
+    def again(run_dir: Path) -> str:
+        return shlex.join(
             ["atomix", *command[:1], str(config_path), "--resume", str(run_dir), *command[1:]]
         )
-        _fail(
-            f"interrupted: finished trials are kept in {run_dir}\nresume with:\n  {again}",
-            EXIT_INTERRUPTED,
+
+    try:
+        result = _run_with_progress(
+            config, out, jobs or _jobs_default(), resume, started, damaged
         )
+    except RunIOError as exc:
+        run_dir = started[0] if started else resume
+        hint = f"; the run is kept: once the disk is usable, resume with: {again(run_dir)}"
+        _fail(f"{exc}{hint if run_dir is not None else ''}", EXIT_DISK)
+    except RunError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt as exc:
+        run_dir = started[0] if started else resume
+        if run_dir is None:
+            _fail("interrupted before the run started; nothing was written", exit_code(exc))
+        _fail(
+            f"interrupted: finished trials are kept in {run_dir}; resume with: {again(run_dir)}",
+            exit_code(exc),
+        )
+    set_note(
+        f"interrupted while writing the report of the finished run {result.run_dir}; "
+        f"rebuild it with: atomix report {shlex.quote(str(result.run_dir))}"
+    )
     report = _report(result.run_dir)
     out_console = _out()
     out_console.print(f"run dir: {result.run_dir}", soft_wrap=True)
@@ -384,12 +490,17 @@ def run(
             "a key the grid varies is pinned to VALUE; repeatable.",
         ),
     ] = None,
+    damaged: Damaged = DamagedChoice.rerun,
+    max_cells: MaxCells = None,
+    max_trials: MaxTrials = None,
 ) -> None:
     """Run an experiment (every cell x trial x mode), then write and print its report."""
     extra, pinned = _run_sets(config, set_)
-    cfg = _load(config, {**_overrides(trials, seed, modes), **extra}, pinned or None)
+    overrides = {**_overrides(trials, seed, modes), **extra}
+    cfg = _load(config, overrides, pinned or None, _limits(max_cells, max_trials))
     sets = [arg for item in set_ or [] for arg in ("--set", item)]
-    _execute(["run", *sets, *_override_args(trials, seed, modes)], config, cfg, jobs, out, resume)
+    args = ["run", *sets, *_override_args(trials, seed, modes), *_limit_args(max_cells, max_trials)]
+    _execute(args, config, cfg, jobs, out, resume, damaged.value)
 
 
 @app.command(
@@ -410,12 +521,16 @@ def sweep(
     modes: Modes = None,
     out: Out = Path("results"),
     resume: Resume = None,
+    damaged: Damaged = DamagedChoice.rerun,
+    max_cells: MaxCells = None,
+    max_trials: MaxTrials = None,
 ) -> None:
     """Run a config over extra grid keys: one run directory holding every cell."""
     grid = _parse_sets(set_)
-    cfg = _load(config, _overrides(trials, seed, modes), grid)
+    cfg = _load(config, _overrides(trials, seed, modes), grid, _limits(max_cells, max_trials))
     sets = [arg for item in set_ for arg in ("--set", item)]
-    _execute(["sweep", *sets, *_override_args(trials, seed, modes)], config, cfg, jobs, out, resume)
+    args = ["sweep", *sets, *_override_args(trials, seed, modes), *_limit_args(max_cells, max_trials)]
+    _execute(args, config, cfg, jobs, out, resume, damaged.value)
 
 
 @app.command(
@@ -459,13 +574,43 @@ def report(
         raise typer.Exit(EXIT_CONFIG)
 
 
-class PairTestName(StrEnum):
-    fisher = "fisher"
-    boschloo = "boschloo"
+@app.command(epilog="Example: atomix runs --out results")
+def runs(
+    out: Annotated[
+        Path, typer.Option("--out", help="Results directory (as given to `atomix run --out`).")
+    ] = Path("results"),
+) -> None:
+    """List past runs: config, start time, trials done/total, status (from manifests only;
+    a run whose process was killed shows `interrupted`)."""
+    # Only the standard-library run-directory module: listing must stay fast.
+    from harness.rundir import list_runs
+
+    found = list_runs(out)
+    if not found:
+        _fail(f"no runs under {out}/ (run one with: atomix run CONFIG.yaml)")
+    table = RichTable(title=f"runs ({out})")
+    for col in ("config", "run", "started (UTC)", "trials", "status"):
+        table.add_column(col, justify="right" if col == "trials" else "left")
+    for info in found:
+        table.add_row(
+            Text(info.config),
+            Text(str(info.run_dir.relative_to(out) if info.run_dir.is_relative_to(out) else info.run_dir)),
+            Text(info.started_at),
+            Text(f"{info.done}/{info.planned}"),
+            Text(info.status),
+        )
+    _out().print(table)
+
+
+class CompareFormat(StrEnum):
+    table = "table"
+    md = "md"
+    csv = "csv"
+    tex = "tex"
 
 
 @app.command(
-    epilog="Example: atomix compare results/synthetic/20250101-120000 --modes tx-full,no-tx,saga --test boschloo"
+    epilog="Example: atomix compare results/tau_retail --baseline tx-full --format tex"
 )
 def compare(
     run_dir: Annotated[
@@ -477,40 +622,90 @@ def compare(
         ),
     ],
     modes: Annotated[
-        str,
-        typer.Option("--modes", help="Comma-separated modes; each is tested against the first."),
-    ],
+        str | None,
+        typer.Option(
+            "--modes", help="Comma-separated modes (default: every mode of the run, config order)."
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option("--baseline", help="The mode every other is tested against (default: the first)."),
+    ] = None,
     metric: Annotated[
-        str, typer.Option("--metric", help="A yes/no metric of the records.")
-    ] = reporting.DEFAULT_METRIC,
-    test: Annotated[
-        PairTestName, typer.Option("--test", help="Two-sided exact test.")
-    ] = PairTestName.fisher,
+        str,
+        typer.Option(
+            "--metric",
+            help="A yes/no metric (exact McNemar) or a numeric one (Wilcoxon signed-rank).",
+        ),
+    ] = "clean",
+    fmt: Annotated[
+        CompareFormat,
+        typer.Option(
+            "--format",
+            help="What to print: a terminal table, or the md/csv/tex text (all three are written).",
+        ),
+    ] = CompareFormat.table,
 ) -> None:
-    """Per cell, modes side by side (rate, 95% CI) with a p-value against the first mode."""
-    mode_list = _split(modes, "--modes")
+    """Each mode against a baseline on paired trials (same cell, seed and trial): exact
+    McNemar or Wilcoxon signed-rank, an interval on the difference, Holm-adjusted p."""
+    # Imported here so that `atomix --version` does not pay for scipy and pandas.
+    from harness import paired
+    from harness.config import cell_id, expand_cells
+
+    mode_list = _split(modes, "--modes") if modes else None
     try:
         run = reporting.load_run(reporting.resolve_run(run_dir))
-        cmp = reporting.compare(run, mode_list, metric, test.value)
+        present = {str(r["mode"]) for r in run.records}
+        if mode_list is None:
+            # Config order, then modes the config no longer lists (sorted).
+            mode_list = [m for m in run.config.modes if m in present]
+            mode_list += sorted(present - set(mode_list))
+        if baseline is not None and baseline not in present:
+            raise ValueError(
+                f"--baseline: mode {baseline!r} has no trials in {run.run_dir}; "
+                f"it has: {sorted(present)}"
+            )
+        order = [cell_id(run.config, c) for c in expand_cells(run.config)]
+        cmp = paired.paired_compare(
+            run.records,
+            metric,
+            mode_list,
+            baseline=baseline,
+            cell_order=order,
+            explicit_modes=modes is not None,
+        )
     except (ConfigError, RunError, ValueError) as exc:
         _fail(str(exc))
-    _out().print(reporting.comparison_rich(cmp))
-    for path in reporting.write_comparison(cmp, run.run_dir / "tables"):
-        _out().print(f"wrote {path}", soft_wrap=True)
+    paths = paired.write_paired(cmp, run.run_dir / "tables")
+    if fmt is CompareFormat.table:
+        _out().print(paired.paired_rich(cmp))
+        for path in paths:
+            _out().print(f"wrote {path}", soft_wrap=True)
+        return
+    # Machine-readable text on stdout (pipe-able); where the files went on stderr.
+    sys.stdout.write(paired.RENDERERS[fmt.value](cmp))
+    for path in paths:
+        _err().print(f"wrote {path}")
 
 
 def _list_configs(configs: Path) -> RichTable:
     table = RichTable(title=f"configs ({configs})")
+    from harness.config import load_config
+
     for col in ("name", "file", "description"):
         table.add_column(col)
     for path in sorted([*configs.glob("*.yaml"), *configs.glob("*.yml")]):
+        # Each file is validated as `validate` would; a broken one is listed with its first
+        # problem instead of stopping the listing.
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-            data = data if isinstance(data, dict) else {}
-            name, description = str(data.get("name") or path.stem), str(data.get("description", ""))
-        except (OSError, yaml.YAMLError) as exc:
-            name, description = path.stem, f"(unreadable: {exc.__class__.__name__})"
-        table.add_row(Text(name), Text(path.name), Text(description.strip()))
+            config = load_config(path)
+            name, description = config.name or path.stem, config.description.strip()
+        except ConfigError as exc:
+            more = f" (+{len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
+            name, description = path.stem, f"INVALID: {exc.problems[0]}{more}"
+        except Exception as exc:  # noqa: BLE001 - listing must not die on one broken file
+            name, description = path.stem, f"INVALID: {exc.__class__.__name__}: {exc}"
+        table.add_row(Text(name), Text(path.name), Text(description))
     return table
 
 
@@ -598,9 +793,11 @@ def list_(
 
 
 @app.command(epilog="Example: atomix validate configs/synthetic_fault_class.yaml")
-def validate(config: ConfigArg) -> None:
+def validate(
+    config: ConfigArg, max_cells: MaxCells = None, max_trials: MaxTrials = None
+) -> None:
     """Validate a config and summarise what it would run."""
-    info = reporting.summary(_load(config))
+    info = reporting.summary(_load(config, limits=_limits(max_cells, max_trials)))
     table = RichTable(title=f"{config}: valid", show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value")

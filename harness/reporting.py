@@ -38,6 +38,7 @@ from harness.config import (
     expand_cells,
     validate_config,
 )
+from harness.errors import RunError
 from harness.oracle import Verdict
 from harness.report import (
     EXERCISED_NAME,
@@ -54,7 +55,14 @@ from harness.report import (
     write_exercised,
     write_table,
 )
-from harness.runner import RunError, plan, read_records
+from harness.rundir import (
+    DamagedLine,
+    foreign_message,
+    read_manifest,
+    scan_records,
+    settle_status,
+)
+from harness.runner import plan
 from harness.stats import METHOD_LABELS, PAIR_TESTS, Proportion, compare_proportions, interval
 from harness.trial import run_trial
 
@@ -226,12 +234,18 @@ def _metric_problems(config: ExperimentConfig) -> list[str]:
 
 @dataclass
 class Run:
-    """A run directory as stored: its manifest, the config it ran and its records."""
+    """A run directory as stored: its manifest, the config it ran and its whole records.
+
+    Guarantees: `records` are this run's config's records only (another config's records
+    make `load_run` refuse), one per key; lines that are not usable records are in
+    `damaged`, never in `records`.
+    """
 
     run_dir: Path
     manifest: dict[str, Any]
     config: ExperimentConfig
     records: list[dict[str, Any]]
+    damaged: list[DamagedLine] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -243,21 +257,28 @@ class Run:
 
 
 def load_run(run_dir: Path, report_from: ExperimentConfig | None = None) -> Run:
-    """Read a run directory; `report_from` replaces the stored config's `report` section."""
+    """Read a run directory; `report_from` replaces the stored config's `report` section.
+
+    Raises RunError (one line) for a missing or damaged manifest and for records of another
+    config; a run whose owner was killed is marked `interrupted` on the way.
+    """
     run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
     path = run_dir / MANIFEST
-    if not path.is_file():
-        raise RunError(f"{run_dir}: not a run directory (no {MANIFEST})")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        stored = manifest["config"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RunError(f"{path}: unreadable manifest ({exc})") from None
-    config = validate_config(stored, path)
+    settle_status(run_dir, manifest)
+    config = validate_config(manifest["config"], path)
     if report_from is not None:
         config = config.model_copy(update={"report": report_from.report})
         check_report(config, path)
-    return Run(run_dir, manifest, config, read_records(run_dir / TRIALS))
+    name = manifest.get("config_name") or config.name or "experiment"
+    digest = manifest.get("config_hash")
+    trials = run_dir / TRIALS
+    # Name and hash, not the planned keys: a stored config re-validated by newer code may
+    # spell a cell id differently, and that must not make a run's own records foreign.
+    scan = scan_records(trials, name, digest)
+    if scan.foreign:
+        raise RunError(foreign_message(trials, scan.foreign, name, digest))
+    return Run(run_dir, manifest, config, scan.records, scan.damaged)
 
 
 def _run_sort_key(run_dir: Path) -> tuple[str, str, int, str]:

@@ -2,9 +2,13 @@
 directory that can be resumed.
 
 Layout: `<out>/<config-name>/<run-id>/{manifest.json, trials.jsonl, tables/, plots/}`.
-A trial record is one JSON line written with a single write and flushed, so a record is
-whole or absent; a torn final line (a crash mid-write) is cut off when the run resumes.
-Resuming runs exactly the trials whose keys are missing, so nothing is duplicated or lost.
+A trial record is one JSON line written with a single write, so a record is whole or
+absent; a torn final line (a crash mid-write) is cut off when the run resumes, and a write
+the disk refuses part-way is cut back at once. Resuming runs exactly the trials whose keys
+are missing, so nothing is duplicated or lost.
+
+One process owns a run directory at a time (`harness.rundir.RunLock`); SIGINT/SIGTERM
+become `harness.interrupts.Interrupted` and leave the run `interrupted` and resumable.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,21 @@ from harness.config import (
     expand_cells,
 )
 from harness.errors import RunError  # defined there (cheap to import); used here
+from harness.interrupts import SignalGuard
+from harness.rundir import (
+    MANIFEST,
+    TRIALS,
+    RunIOError,
+    RunLock,
+    close_inherited_locks,
+    damaged_summary,
+    foreign_message,
+    io_error,
+    quarantine,
+    read_manifest,
+    scan_records,
+    write_manifest,
+)
 from harness.trial import TrialSpec, run_trial
 
 DEFAULT_RESULTS = Path("results")
@@ -106,7 +126,12 @@ def _now() -> str:
 
 
 def new_run_dir(config: ExperimentConfig, out: Path | None = None) -> Path:
-    base = (out or DEFAULT_RESULTS) / (config.name or "experiment")
+    root = (out or DEFAULT_RESULTS).resolve()
+    base = (root / (config.name or "experiment")).resolve()
+    # Validation keeps names to plain identifiers; this is the belt to those braces (a name
+    # that resolved through a symlink or '..' must never write outside --out).
+    if base.parent != root:
+        raise RunError(f"run name {config.name!r} would write outside {root}")
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
     candidate = base / stamp
     n = 1
@@ -116,28 +141,52 @@ def new_run_dir(config: ExperimentConfig, out: Path | None = None) -> Path:
     return candidate
 
 
+def _make_run_dir(config: ExperimentConfig, out: Path | None) -> Path:
+    """Create a fresh run directory; two runs started in the same second get -2, -3, ..."""
+    for _ in range(100):
+        candidate = new_run_dir(config, out)
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            continue  # another run took that name between the check and the mkdir
+        except OSError as exc:
+            raise io_error(candidate, exc, "cannot create") from None
+    raise RunError(f"{candidate}: cannot find a free run directory name")
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The whole records of a trials file (a torn final line is ignored)."""
-    if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    return [json.loads(line) for line in lines[:-1] if line.strip()]
-
-
-def _write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    tmp = run_dir / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, run_dir / "manifest.json")
+    """The whole trial records of a trials file: a torn final line, damaged lines and repeated
+    keys are left out (`harness.rundir.scan_records` says which and why)."""
+    return scan_records(path).records
 
 
 def _worker(spec: TrialSpec) -> dict[str, Any]:
     return run_trial(spec)
 
 
-def _ignore_sigint() -> None:
-    # Ctrl-C reaches the whole process group: let the parent alone handle it (it marks the
-    # run interrupted and terminates the pool), so workers do not print tracebacks.
+def _die_with_parent() -> None:
+    # A worker must not outlive a killed parent: it would run on and, on some systems, keep
+    # inherited descriptors open. Linux can signal it when the parent goes.
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker_init(parent: int) -> None:
+    # Ctrl-C reaches the whole process group: the parent alone handles it (it marks the run
+    # interrupted and stops the pool), so workers ignore SIGINT and die quietly on the SIGTERM
+    # of Pool.terminate() instead of inheriting the parent's handlers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent()
+    if os.getppid() != parent:
+        os._exit(0)  # the parent died before PR_SET_PDEATHSIG was set
+    close_inherited_locks()
 
 
 def _results(specs: list[TrialSpec], jobs: int) -> Iterator[dict[str, Any]]:
@@ -146,10 +195,104 @@ def _results(specs: list[TrialSpec], jobs: int) -> Iterator[dict[str, Any]]:
             yield run_trial(spec)
         return
     ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    with ctx.Pool(jobs, initializer=_ignore_sigint) as pool:
+    # The with-block's exit terminates the pool: on an interrupt the caller closes this
+    # generator, so workers are stopped before the manifest is marked interrupted.
+    with ctx.Pool(jobs, initializer=_worker_init, initargs=(os.getpid(),)) as pool:
         # Chunks keep a trial's modes together, so a worker reuses that trial's goal state.
         chunk = max(1, min(16, len(specs) // (jobs * 8) or 1))
         yield from pool.imap_unordered(_worker, specs, chunksize=chunk)
+
+
+#: os.write, through a name tests can replace to inject ENOSPC.
+_write = os.write
+
+
+class _RecordsFile:
+    """Appends whole records to trials.jsonl: one write per record; a write the disk refuses
+    part-way is cut back off, so the file never holds half a record followed by more."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self.size = os.fstat(self.fd).st_size
+        except OSError as exc:
+            raise io_error(path, exc) from None
+
+    def append(self, record: dict[str, Any]) -> None:
+        data = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
+        view = memoryview(data)
+        try:
+            while view:
+                n = _write(self.fd, view)
+                view = view[n:]
+        except OSError as exc:
+            try:
+                os.ftruncate(self.fd, self.size)
+            except OSError:
+                pass  # the torn tail is cut off when the run resumes
+            raise io_error(self.path, exc) from None
+        self.size += len(data)
+
+    def close(self, sync: bool = True) -> None:
+        try:
+            if sync:
+                os.fsync(self.fd)
+        except OSError as exc:
+            raise io_error(self.path, exc) from None
+        finally:
+            os.close(self.fd)
+
+
+DAMAGED_CHOICES = ("rerun", "skip")
+
+
+def _open_run(
+    config: ExperimentConfig,
+    specs: list[TrialSpec],
+    digest: str,
+    out: Path | None,
+    resume: Path | None,
+) -> tuple[Path, RunLock, dict[str, Any]]:
+    """Create (or take over) the run directory: its lock and manifest."""
+    from atomix import __version__
+
+    if resume is not None:
+        run_dir = Path(resume)
+        if not (run_dir / MANIFEST).is_file():
+            raise RunError(f"{run_dir}: not a run directory (no {MANIFEST})")
+        lock = RunLock(run_dir).acquire()
+        try:
+            manifest = read_manifest(run_dir)
+            if manifest.get("config_hash") != digest:
+                raise RunError(
+                    f"{run_dir}: was started with another config (hash "
+                    f"{manifest.get('config_hash')}, now {digest}); start a new run instead"
+                )
+        except BaseException:
+            lock.release()
+            raise
+        return run_dir, lock, manifest
+    run_dir = _make_run_dir(config, out)
+    lock = RunLock(run_dir).acquire()
+    manifest = {
+        "config": config.model_dump(mode="json"),
+        "config_hash": digest,
+        "config_name": config.name,
+        "package_version": __version__,
+        "git_revision": git_revision(),
+        "seed": config.seed,
+        "trials_planned": len(specs),
+        "started_at": _now(),
+        "finished_at": None,
+        "status": "running",
+    }
+    try:
+        write_manifest(run_dir, manifest)
+    except BaseException:
+        lock.release()
+        raise
+    return run_dir, lock, manifest
 
 
 def run(
@@ -160,75 +303,123 @@ def run(
     resume: Path | None = None,
     progress: Callable[[int, int, dict[str, Any] | None], None] | None = None,
     on_start: Callable[[Path], None] | None = None,
+    damaged: str = "rerun",
+    notice: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run (or resume) an experiment and return where its records are.
 
-    `on_start(run_dir)` is called once the run directory exists, before any trial runs
-    (so a caller can say where an interrupted run lives).
-    """
-    from atomix import __version__
+    Guarantees: the run directory is owned by this process for the whole call (RunLocked if
+    another live process owns it); every planned trial ends with exactly one whole record,
+    except trials a damaged line held when `damaged="skip"`; on SIGINT/SIGTERM
+    (`Interrupted`), a disk error (`RunIOError`) or any other exception the manifest says
+    `interrupted` and the run can be resumed.
 
+    `on_start(run_dir)` is called once the run directory exists, before any trial runs (so
+    a caller can say where an interrupted run lives). On resume, damaged lines of
+    trials.jsonl are moved to trials.damaged.jsonl and their trials run again
+    (`damaged="rerun"`), or left where they are with the trials they name not run again
+    (`damaged="skip"`); `notice` receives one line saying which.
+    """
+    if damaged not in DAMAGED_CHOICES:
+        raise ValueError(f"damaged must be one of {DAMAGED_CHOICES}, got {damaged!r}")
     specs = plan(config)
     digest = config_hash(config)
-    if resume is not None:
-        run_dir = Path(resume)
-        manifest_path = run_dir / "manifest.json"
-        if not manifest_path.exists():
-            raise RunError(f"{run_dir}: not a run directory (no manifest.json)")
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        if manifest.get("config_hash") != digest:
-            raise RunError(
-                f"{run_dir}: was started with another config (hash {manifest.get('config_hash')}, "
-                f"now {digest}); start a new run instead"
+    name = config.name or "experiment"
+    opened: tuple[Path, RunLock, dict[str, Any]] | None = None
+    with SignalGuard() as guard:
+        try:
+            # A signal is held until the directory has its lock and manifest and the caller
+            # knows where it is: in between it would leave a directory nobody can resume.
+            with guard.critical():
+                opened = _open_run(config, specs, digest, out, resume)
+                if on_start:
+                    on_start(opened[0])
+            run_dir, _, manifest = opened
+            return _run_locked(
+                specs, digest, name, run_dir, manifest, jobs, resume, progress, damaged, notice
             )
-    else:
-        run_dir = new_run_dir(config, out)
-        run_dir.mkdir(parents=True)
-        manifest = {
-            "config": config.model_dump(mode="json"),
-            "config_hash": digest,
-            "config_name": config.name,
-            "package_version": __version__,
-            "git_revision": git_revision(),
-            "seed": config.seed,
-            "trials_planned": len(specs),
-            "started_at": _now(),
-            "finished_at": None,
-            "status": "running",
-        }
-        _write_manifest(run_dir, manifest)
-    records_path = run_dir / "trials.jsonl"
-    if records_path.exists():
-        truncate_torn_tail(records_path)
-    done = {r["key"] for r in read_records(records_path)}
-    todo = [s for s in specs if s.key not in done]
+        except BaseException:
+            if opened is not None and opened[2].get("status") == "running":
+                opened[2]["status"] = "interrupted"
+                try:
+                    write_manifest(opened[0], opened[2])
+                except RunIOError:
+                    pass  # the free lock tells the next reader it was interrupted
+            raise
+        finally:
+            if opened is not None:
+                opened[1].release()
+
+
+def _run_locked(
+    specs: list[TrialSpec],
+    digest: str,
+    name: str,
+    run_dir: Path,
+    manifest: dict[str, Any],
+    jobs: int,
+    resume: Path | None,
+    progress: Callable[[int, int, dict[str, Any] | None], None] | None,
+    damaged: str,
+    notice: Callable[[str], None] | None,
+) -> RunResult:
+    records_path = run_dir / TRIALS
+    planned = {s.key for s in specs}
+    scan = scan_records(records_path, name, digest, planned)
+    if scan.foreign:
+        raise RunError(foreign_message(records_path, scan.foreign, name, digest))
+    if scan.torn_tail:
+        try:
+            truncate_torn_tail(records_path)
+        except OSError as exc:
+            raise io_error(records_path, exc) from None
+    done = scan.keys()
+    skip: set[str] = set()
+    if scan.damaged:
+        what = f"{records_path}: {damaged_summary(scan.damaged)}"
+        if damaged == "rerun":
+            aside = quarantine(run_dir, scan.damaged)
+            say = f"{what}; moved to {aside.name}, their trials run again (--damaged skip to leave them out)"
+        else:
+            skip = {d.key for d in scan.damaged if d.key in planned and d.key not in done}
+            unknown = sum(1 for d in scan.damaged if d.key is None)
+            say = (
+                f"{what}; skipped: {len(skip)} trial(s) they name are not run again"
+                + (f", {unknown} line(s) name no trial (any trial missing is run)" if unknown else "")
+            )
+        if notice:
+            notice(say)
+    todo = [s for s in specs if s.key not in done and s.key not in skip]
     manifest["status"] = "running"
+    manifest.pop("interrupted_detected_at", None)
     manifest.setdefault("resumed_at", [])
     if resume is not None:
         manifest["resumed_at"].append(_now())
-    _write_manifest(run_dir, manifest)
-    if on_start:
-        on_start(run_dir)
+    write_manifest(run_dir, manifest)
     start = time.perf_counter()
     ran = 0
     if progress:
         progress(len(done), len(specs), None)
+    fh = _RecordsFile(records_path)
     try:
-        with open(records_path, "a", encoding="utf-8") as fh:
-            for record in _results(todo, jobs):
-                fh.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
-                fh.flush()
+        with closing(_results(todo, jobs)) as results:
+            for record in results:
+                record["config_hash"] = digest
+                fh.append(record)
                 ran += 1
                 if progress:
                     progress(len(done) + ran, len(specs), record)
-            os.fsync(fh.fileno())
     except BaseException:
-        manifest["status"] = "interrupted"
-        _write_manifest(run_dir, manifest)
+        fh.close(sync=False)
         raise
+    fh.close()
     wall = time.perf_counter() - start
     manifest["status"] = "complete"
     manifest["finished_at"] = _now()
     manifest["wall_s_last_session"] = round(wall, 3)
-    _write_manifest(run_dir, manifest)
+    if skip:
+        manifest["trials_skipped"] = sorted(skip)
+    else:
+        manifest.pop("trials_skipped", None)
+    write_manifest(run_dir, manifest)
     return RunResult(run_dir, len(specs), ran, len(done), wall)
