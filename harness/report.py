@@ -19,19 +19,13 @@ import io
 import json
 import math
 import re
-import textwrap
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib as mpl
-import matplotlib.style
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from rich.table import Table as RichTable
 from rich.text import Text
 
@@ -778,27 +772,11 @@ def latex_escape(s: str) -> str:
 
 
 def to_latex(table: Table) -> str:
-    """A booktabs ``table`` environment with a caption stating N and the interval method."""
-    disp = table.display
-    title = table.title.rstrip(".")
-    caption = latex_escape(f"{title}. {table.footer}")
-    label = re.sub(r"[^A-Za-z0-9:._-]", "-", table.spec.name)
-    header = [str(disp.index.name), *map(str, disp.columns)]
-    lines = [
-        r"\begin{table}[htbp]",
-        r"  \centering",
-        f"  \\caption{{{caption}}}",
-        f"  \\label{{tab:{label}}}",
-        f"  \\begin{{tabular}}{{l{'r' * len(disp.columns)}}}",
-        r"    \toprule",
-        "    " + " & ".join(latex_escape(h) for h in header) + r" \\",
-        r"    \midrule",
-    ]
-    for row_label, row in zip(disp.index, disp.itertuples(index=False), strict=True):
-        cells = [str(row_label), *map(str, row)]
-        lines.append("    " + " & ".join(latex_escape(c) for c in cells) + r" \\")
-    lines += [r"    \bottomrule", r"  \end{tabular}", r"\end{table}", ""]
-    return "\n".join(lines)
+    """A booktabs table with headers grouped by cell parameter, sized to fit a column or
+    the page (see :func:`harness.latex.table_latex`), captioned with N and the method."""
+    from harness.latex import table_latex  # a sibling module that imports this one
+
+    return table_latex(table)
 
 
 def to_rich(table: Table) -> RichTable:
@@ -929,192 +907,19 @@ def write_exercised(
 
 # --------------------------------------------------------------------------- plots
 
-FIGSIZE: tuple[float, float] = (7.0, 4.2)
-DPI = 150
-# None removes the key: no timestamps or version strings, so output depends on data only.
-PDF_METADATA: dict[str, None] = {
-    "CreationDate": None,
-    "ModDate": None,
-    "Producer": None,
-    "Creator": None,
-}
-PNG_METADATA: dict[str, None] = {"Software": None}
-_PLOT_RC: dict[str, Any] = {
-    "svg.hashsalt": "atomix-report",
-    "font.size": 9,
-    "figure.dpi": DPI,
-    "savefig.dpi": DPI,
-}
+
+def bar_plot(table: Table, out_stem: Path) -> list[Path]:
+    """Grouped dot-and-whisker bars, faceted; see :func:`harness.plots.bar_plot`."""
+    from harness import plots  # imports this module; loaded only when a plot is drawn
+
+    return plots.bar_plot(table, out_stem)
 
 
-@contextmanager
-def _plot_context() -> Iterator[None]:
-    # Start from matplotlib's defaults (ignoring any user matplotlibrc or style) so bytes
-    # depend on the data only; both contexts restore the caller's rcParams on exit.
-    with matplotlib.style.context("default"), mpl.rc_context(_PLOT_RC):
-        yield
+def line_plot(table: Table, x_param: str, out_stem: Path) -> list[Path]:
+    """One line per row over ``x_param``, faceted; see :func:`harness.plots.line_plot`."""
+    from harness import plots
 
-
-def _scale(spec: TableSpec) -> float:
-    return 100.0 if spec.kind == "proportion" else 1.0
-
-
-def _y_label(spec: TableSpec) -> str:
-    return {
-        "proportion": f"{spec.metric} (%)",
-        "mean": f"mean {spec.metric}",
-        "per_1000": f"{spec.metric} per 1,000 trials",
-        "sum": f"total {spec.metric}",
-    }[spec.kind]
-
-
-def _new_figure(figsize: tuple[float, float]) -> Figure:
-    # A bare Figure with an Agg canvas: no pyplot, so no global figure manager or backend.
-    fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _finish(fig: Figure, table: Table, out_stem: Path) -> list[Path]:
-    fig.suptitle(table.title)
-    fig.supxlabel("\n".join(textwrap.wrap(table.plot_note, 110)), fontsize=7)
-    out_stem = Path(out_stem)
-    out_stem.parent.mkdir(parents=True, exist_ok=True)
-    # Append suffixes rather than with_suffix(): stems may contain dots ("fp=0.1").
-    png = out_stem.parent / f"{out_stem.name}.png"
-    pdf = out_stem.parent / f"{out_stem.name}.pdf"
-    fig.savefig(png, format="png", dpi=DPI, metadata=PNG_METADATA)
-    fig.savefig(pdf, format="pdf", dpi=DPI, metadata=PDF_METADATA)
-    return [png, pdf]
-
-
-def _errors(vals: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray | None:
-    if not np.isfinite(lo).any():
-        return None
-    below = np.where(np.isfinite(lo) & np.isfinite(vals), vals - lo, 0.0)
-    above = np.where(np.isfinite(hi) & np.isfinite(vals), hi - vals, 0.0)
-    return np.clip(np.vstack([below, above]), 0.0, None)
-
-
-def bar_plot(table: Table, out_stem: Path, figsize: tuple[float, float] = FIGSIZE) -> list[Path]:
-    """Grouped bars (one group per column, one bar per row) with interval error bars.
-
-    Writes ``<out_stem>.png`` and ``<out_stem>.pdf``; bytes depend only on the table.
-    """
-    spec = table.spec
-    rows, cols = list(table.display.index), list(table.display.columns)
-    scale = _scale(spec)
-    data = table.data.set_index(["row", "column"])
-    with _plot_context():
-        fig = _new_figure(figsize)
-        ax = fig.add_subplot()
-        x = np.arange(len(cols), dtype=float)
-        width = 0.8 / max(1, len(rows))
-        for i, r in enumerate(rows):
-            sub = data.loc[r].reindex(cols)
-            vals = sub["value"].to_numpy(dtype=float) * scale
-            lo = sub["lo"].to_numpy(dtype=float) * scale
-            hi = sub["hi"].to_numpy(dtype=float) * scale
-            offset = (i - (len(rows) - 1) / 2) * width
-            # A cell with no trials or not exercised has NaN and draws no bar (unlike 0%);
-            # one not exercised is marked so that the gap is not read as missing data.
-            skipped = (sub["n"].to_numpy() > 0) & ~sub["exercised"].to_numpy(dtype=bool)
-            for xi in (x + offset)[skipped]:
-                ax.text(xi, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=6,
-                        color=f"C{i % 10}")
-            ax.bar(
-                x + offset,
-                vals,
-                width,
-                label=str(r),
-                color=f"C{i % 10}",
-                yerr=_errors(vals, lo, hi),
-                capsize=2,
-                error_kw={"elinewidth": 0.8},
-            )
-        # Fixed limits: a group whose bars are all missing still gets its place.
-        ax.set_xlim(-0.5, len(cols) - 0.5)
-        ax.set_xticks(
-            x,
-            [str(c) for c in cols],
-            rotation=30 if len(cols) > 4 else 0,
-            ha="right" if len(cols) > 4 else "center",
-        )
-        ax.set_ylabel(_y_label(spec))
-        if spec.kind == "proportion":
-            ax.set_ylim(0, 100)
-        fig.legend(loc="outside right upper", fontsize=7)
-        return _finish(fig, table, out_stem)
-
-
-def line_plot(
-    table: Table, x_param: str, out_stem: Path, figsize: tuple[float, float] = FIGSIZE
-) -> list[Path]:
-    """One line per row over a numeric swept cell parameter, with shaded intervals.
-
-    Other column parameters, if any, split each row into several lines (distinct dash
-    styles). Cells with no trials or not exercised are left out. Writes PNG and PDF,
-    byte-reproducible.
-    """
-    spec = table.spec
-    if x_param not in spec.columns:
-        raise ValueError(
-            f"x_param {x_param!r} is not a column of table {spec.name!r}: {spec.columns}"
-        )
-    xcol = f"cell.{x_param}"
-    xs_all = [_norm(v) for v in table.data[xcol].tolist()]
-    if any(v is None or _is_bool(v) or not isinstance(v, int | float) for v in xs_all):
-        raise ValueError(f"cell parameter {x_param!r} must be numeric for a line plot")
-    others = [p for p in spec.columns if p != x_param]
-    scale = _scale(spec)
-    data = table.data[(table.data["n"] > 0) & table.data["exercised"].astype(bool)]
-    rows = list(table.display.index)
-    styles = ("-", "--", ":", "-.")
-    with _plot_context():
-        fig = _new_figure(figsize)
-        ax = fig.add_subplot()
-        for i, r in enumerate(rows):
-            sub_r = data[data["row"] == r]
-            other_keys = sorted(
-                dict.fromkeys(
-                    tuple(_norm(v) for v in t)
-                    for t in sub_r[[f"cell.{p}" for p in others]].itertuples(index=False)
-                ),
-                key=lambda t: tuple(_sort_key(v) for v in t),
-            )
-            for j, ok in enumerate(other_keys):
-                mask = np.ones(len(sub_r), dtype=bool)
-                for p, v in zip(others, ok, strict=True):
-                    mask &= np.array([_norm(u) == v for u in sub_r[f"cell.{p}"]], dtype=bool)
-                sub = sub_r[mask].sort_values(xcol, kind="mergesort")
-                xv = sub[xcol].to_numpy(dtype=float)
-                yv = sub["value"].to_numpy(dtype=float) * scale
-                lo = sub["lo"].to_numpy(dtype=float) * scale
-                hi = sub["hi"].to_numpy(dtype=float) * scale
-                label = str(r)
-                if others:
-                    extra = ", ".join(
-                        f"{p}={_fmt_value(v)}" for p, v in zip(others, ok, strict=True)
-                    )
-                    label = f"{label} ({extra})"
-                color = f"C{i % 10}"
-                ax.plot(
-                    xv,
-                    yv,
-                    marker="o",
-                    markersize=3,
-                    linestyle=styles[j % len(styles)],
-                    color=color,
-                    label=label,
-                )
-                if np.isfinite(lo).any():
-                    ax.fill_between(xv, lo, hi, color=color, alpha=0.15, linewidth=0)
-        ax.set_xlabel(x_param)
-        ax.set_ylabel(_y_label(spec))
-        if spec.kind == "proportion":
-            ax.set_ylim(0, 100)
-        fig.legend(loc="outside right upper", fontsize=7)
-        return _finish(fig, table, out_stem)
+    return plots.line_plot(table, x_param, out_stem)
 
 
 # --------------------------------------------------------------------------- report

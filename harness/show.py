@@ -36,7 +36,8 @@ class Replay:
     @property
     def differences(self) -> list[str]:
         """Top-level fields (timings aside) where the replay differs from the record."""
-        keys = (set(self.record) | set(self.replayed)) - {"timings"}
+        # timings are wall-clock; config_hash is stamped by the runner when it writes a record.
+        keys = (set(self.record) | set(self.replayed)) - {"timings", "config_hash"}
         return sorted(k for k in keys if self.record.get(k) != self.replayed.get(k))
 
 
