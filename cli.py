@@ -866,7 +866,12 @@ def recover(
 def show(
     run_dir: Annotated[
         Path,
-        typer.Argument(metavar="RUN", help="A run directory (see `atomix runs`).", show_default=False),
+        typer.Argument(
+            metavar="RUN",
+            help="A run directory (see `atomix runs`), or a config's results directory for its "
+            "latest run.",
+            show_default=False,
+        ),
     ],
     trial: Annotated[
         str | None,
@@ -881,9 +886,10 @@ def show(
     """Show one trial's timeline: each call the substrates saw, the faults injected, and how
     each agent settled. The trial is replayed from the run's config and checked against its
     stored record."""
-    from harness.show import ShowError, find_trial, records_of, render, replay, summary
+    from harness.show import ShowError, find_trial, records_of, render, replay, resolve, summary
 
     try:
+        run_dir = resolve(run_dir)
         records = records_of(run_dir)
         if trial is None:
             lines = summary(records)

@@ -41,11 +41,18 @@ class Replay:
         return sorted(k for k in keys if self.record.get(k) != self.replayed.get(k))
 
 
+def resolve(run_dir: Path) -> Path:
+    """A run directory, or a config's directory under results (-> its latest run)."""
+    if (run_dir / "trials.jsonl").is_file():
+        return run_dir
+    runs = sorted(p.parent for p in Path(run_dir).glob("*/trials.jsonl"))
+    if runs:
+        return runs[-1]
+    raise ShowError(f"{run_dir}: not a run directory (no trials.jsonl) and holds no runs")
+
+
 def records_of(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "trials.jsonl"
-    if not path.is_file():
-        raise ShowError(f"{run_dir}: not a run directory (no trials.jsonl)")
-    return read_records(path)
+    return read_records(run_dir / "trials.jsonl")
 
 
 def find_trial(records: Sequence[dict[str, Any]], selector: str) -> dict[str, Any]:

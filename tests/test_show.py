@@ -71,3 +71,4 @@ def test_bad_selectors_get_one_clear_error(run_dir: Path, selector: str, message
 def test_a_directory_that_is_not_a_run_is_refused(tmp_path: Path) -> None:
     result = invoke("show", tmp_path)
     assert result.exit_code == 2 and "not a run directory" in result.output
+    assert "holds no runs" in result.output
