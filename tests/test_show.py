@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import TOTAL, invoke, run_dirs, write_config
+from test_cli import TOTAL, invoke, run_dirs, write_config
 
 
 @pytest.fixture(scope="module")
