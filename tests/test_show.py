@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from test_cli import TOTAL, invoke, run_dirs, write_config
 
 
