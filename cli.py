@@ -13,19 +13,24 @@ from __future__ import annotations
 import harness.startup  # noqa: F401 - first: a signal during the imports below exits in one line
 # isort: on
 
+import contextlib
+import copy
 import dataclasses
 import importlib
 import os
 import shlex
 import sys
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
+from typer._click import exceptions as click  # typer vendors click (BadParameter, ...)
 
 from harness.errors import ConfigError, RunError
 
@@ -50,7 +55,34 @@ class _Lazy:
 
 reporting: Any = _Lazy("harness.reporting")
 
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """A bad option or argument is one line naming it (`atomix run: Invalid value for
+    '--trials': ...`), not a usage banner and a box."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.BadParameter as exc:
+            where = exc.ctx.command_path if exc.ctx else "atomix"
+            more = f" (see: {where} --help)" if exc.ctx else ""
+            _err().print(Text(f"{where}: {exc.format_message()}{more}", style="red"))
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            from typer import rich_utils
+
+            rich_utils.rich_format_error(exc)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            _err().print("Aborted!")
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="atomix",
     help="Atomix evaluation harness: run agent workloads under settlement modes with injected faults.",
     no_args_is_help=True,
@@ -107,8 +139,22 @@ Out = Annotated[
 Resume = Annotated[
     Path | None,
     typer.Option(
-        "--resume", help="Resume this interrupted run directory (same config and overrides)."
+        "--resume",
+        help="Resume this run directory from the config stored in it (CONFIG.yaml and "
+        "overrides not needed; if given, they must resolve to the same config).",
     ),
+]
+Limit = Annotated[
+    int | None,
+    typer.Option(
+        "--limit",
+        min=1,
+        help="Run only trials 0..N-1 of every cell and mode (a quick look); a later "
+        "--resume without --limit runs the rest.",
+    ),
+]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bar or lines, no time estimate.")
 ]
 
 
@@ -129,6 +175,14 @@ Damaged = Annotated[
 ConfigArg = Annotated[
     Path,
     typer.Argument(metavar="CONFIG.yaml", help="Experiment config (YAML).", show_default=False),
+]
+OptionalConfigArg = Annotated[
+    Path | None,
+    typer.Argument(
+        metavar="[CONFIG.yaml]",
+        help="Experiment config (YAML); optional with --resume (the run's stored config).",
+        show_default=False,
+    ),
 ]
 MaxCells = Annotated[
     int | None,
@@ -186,8 +240,36 @@ def _overrides(trials: int | None, seed: int | None, modes: str | None) -> dict[
     if seed is not None:
         out["seed"] = seed
     if modes is not None:
-        out["modes"] = _split(modes, "--modes")
+        out["modes"] = _check_modes(_split(modes, "--modes"))
     return out
+
+
+def _check_modes(names: list[str]) -> list[str]:
+    """`--modes` names checked here, so that a typo blames the flag, not the config file."""
+    from harness.config import unknown_modes_message
+    from harness.modes import modes as known_modes
+
+    known = known_modes()
+    bad = [m for m in names if m not in known]
+    if bad:
+        raise typer.BadParameter(unknown_modes_message(bad, list(known)), param_hint="--modes")
+    if len(set(names)) != len(names):
+        raise typer.BadParameter(f"a mode is listed twice in {','.join(names)!r}", param_hint="--modes")
+    return names
+
+
+def _check_set_key(item: str, key: str, labels: Any = ()) -> None:
+    """A `--set` key that names no config key is refused naming the flag (did you mean?)."""
+    from harness.config import DOTTED_KEY, did_you_mean, unknown_key
+
+    if not DOTTED_KEY.fullmatch(key):
+        return  # load_config says what a dotted key is
+    problem = unknown_key(key)
+    if problem is None:
+        return
+    if "did you mean" not in problem:
+        problem += did_you_mean(key, list(labels))
+    raise typer.BadParameter(f"{item!r}: {problem}", param_hint="--set")
 
 
 def _override_args(trials: int | None, seed: int | None, modes: str | None) -> list[str]:
@@ -211,39 +293,49 @@ def _parse_sets(sets: list[str]) -> dict[str, list[Any]]:
     grid: dict[str, list[Any]] = {}
     for item in sets:
         key, values = _key_value(item, "KEY=V1,V2,... (e.g. faults.rate=0,0.1)")
+        _check_set_key(item, key)
         grid[key] = [_set_value(item, v) for v in _split(values, f"--set {key}")]
     return grid
 
 
-def _run_sets(
-    path: Path, sets: list[str] | None
-) -> tuple[dict[str, Any], dict[str, list[Any]]]:
-    """`run --set KEY=VALUE`: (overrides, grid) for load_config.
-
-    KEY is a dotted config key or one of the config's labels (e.g. `fp`). A key the grid
-    varies is pinned to the one value (a one-value grid), so the cell id still names it.
-    """
-    if not sets:
-        return {}, {}
+def _raw_config(path: Path) -> dict[str, Any]:
+    """The config file as a mapping, or {} (load_config reports the file's problem itself)."""
     from harness.yamlload import MAX_BYTES, YamlInputError, load_yaml
 
     try:
         with path.open("rb") as fh:
             raw = load_yaml(fh.read(MAX_BYTES + 1))
     except (OSError, YamlInputError):
-        raw = None  # load_config reports the file's problem itself
-    raw = raw if isinstance(raw, dict) else {}
+        raw = None
+    return raw if isinstance(raw, dict) else {}
+
+
+def _run_sets(
+    raw: dict[str, Any], sets: list[str] | None
+) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """`run --set KEY=VALUE`: (overrides, grid) for load_config; `raw` is the config file.
+
+    KEY is a dotted config key or one of the config's labels (e.g. `fp`). A key the grid
+    varies is pinned to the one value (a one-value grid), so the cell id still names it,
+    spelled as the grid spells it (`fp=0` pins the grid's 0.0: cell `fp=0.0`).
+    """
+    if not sets:
+        return {}, {}
     labels = raw.get("labels") if isinstance(raw.get("labels"), dict) else {}
     by_label = {str(label): str(key) for key, label in labels.items()}
-    grid_keys = set(raw.get("grid") or {}) if isinstance(raw.get("grid"), dict) else set()
+    raw_grid = raw.get("grid") if isinstance(raw.get("grid"), dict) else {}
     overrides: dict[str, Any] = {}
     grid: dict[str, list[Any]] = {}
     for item in sets:
         key, value = _key_value(item, "KEY=VALUE (e.g. agent.kind=gold or fp=0.1)")
+        if key not in by_label:
+            _check_set_key(item, key, by_label)
         key = by_label.get(key, key)
         parsed = _set_value(item, value)
-        if key in grid_keys:
-            grid[key] = [parsed]
+        if key in raw_grid:
+            values = raw_grid[key] if isinstance(raw_grid[key], list) else []
+            same = [v for v in values if v == parsed and isinstance(v, bool) == isinstance(parsed, bool)]
+            grid[key] = [same[0] if same else parsed]
         else:
             overrides[key] = parsed
     return overrides, grid
@@ -269,7 +361,128 @@ def _load(
     return config
 
 
+def _stored(
+    run_dir: Path,
+    overrides: dict[str, Any] | None = None,
+    grid: dict[str, list[Any]] | None = None,
+    limits: Any = None,
+) -> ExperimentConfig:
+    """The resolved config a run directory's manifest keeps, with any overrides applied, or
+    exit 2 with the message."""
+    from harness.config import DEFAULT_LIMITS, set_dotted, validate_config
+    from harness.rundir import MANIFEST, read_manifest
+
+    try:
+        data = copy.deepcopy(read_manifest(run_dir)["config"])
+    except RunError as exc:
+        _fail(str(exc))
+    path = run_dir / MANIFEST
+    try:
+        for key, value in (overrides or {}).items():
+            try:
+                set_dotted(data, key, value)
+            except KeyError as exc:
+                raise ConfigError(path, [f"--set {key}: {exc.args[0]}"]) from None
+        if grid:
+            data["grid"] = {**(data.get("grid") or {}), **grid}
+        config = validate_config(data, path, limits or DEFAULT_LIMITS)
+        reporting.check_report(config, path)
+    except ConfigError as exc:
+        _fail(str(exc))
+    return config
+
+
+def _resolve(
+    config: Path | None,
+    resume: Path | None,
+    overrides: dict[str, Any],
+    grid: dict[str, list[Any]] | None,
+    limits: Any,
+) -> ExperimentConfig:
+    """The config to run: CONFIG.yaml with the overrides, or (with --resume and no
+    CONFIG.yaml) the run's stored config with them."""
+    if config is not None:
+        return _load(config, overrides, grid, limits)
+    if resume is None:
+        raise typer.BadParameter(
+            "give a CONFIG.yaml, or --resume RUN_DIR to resume a run from its stored config",
+            param_hint="CONFIG.yaml",
+        )
+    return _stored(resume, overrides, grid, limits)
+
+
 # --------------------------------------------------------------------------- running
+
+#: Plain progress lines (stderr not a terminal): none before this many seconds, then one
+#: per 5% of the trials (at most one a second) or every PROGRESS_EVERY_S seconds.
+PROGRESS_QUIET_S = 2.0
+PROGRESS_EVERY_S = 10.0
+#: The time estimate: measured over the first ESTIMATE_AFTER_S seconds (or trials) of the
+#: session, printed once when the rest would take longer than ESTIMATE_OVER_S.
+ESTIMATE_AFTER_S = 3.0
+ESTIMATE_AFTER_TRIALS = 200
+ESTIMATE_OVER_S = 60.0
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+
+
+class _Watch:
+    """Progress of a run on stderr when it is not a terminal (plain lines) and the one-time
+    estimate of a long run; `say` prints a line (through the bar's console on a terminal)."""
+
+    def __init__(self, name: str, jobs: int, say: Any, lines: bool, estimate: bool) -> None:
+        self.name, self.jobs, self.say = name, jobs, say
+        self.lines, self.estimate = lines, estimate
+        self.start = time.monotonic()
+        self.first: int | None = None
+        self.last_line = self.start
+        self.last_step = 0
+        self.printed = False
+        self.estimated = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self.first is None:
+            self.first, self.start, self.last_line = done, now, now
+            return
+        ran, elapsed = done - self.first, now - self.start
+        rate = ran / elapsed if elapsed > 0 else 0.0
+        left = (total - done) / rate if rate > 0 else 0.0
+        if (
+            self.estimate
+            and not self.estimated
+            and ran > 0
+            and (elapsed >= ESTIMATE_AFTER_S or ran >= ESTIMATE_AFTER_TRIALS)
+        ):
+            self.estimated = True
+            if left > ESTIMATE_OVER_S:
+                workers = f"{self.jobs} worker{'s' if self.jobs != 1 else ''}"
+                todo = total - self.first
+                self.say(
+                    f"{todo:,} trials, about {_duration(todo / rate)} at ~{rate:,.0f} trials/s "
+                    f"on {workers} (estimate from the first {ran:,} trials; about "
+                    f"{_duration(left)} left)"
+                )
+        if not self.lines or total <= 0:
+            return
+        step = done * 20 // total  # 5% steps
+        due = now - self.last_line >= PROGRESS_EVERY_S or (
+            step > self.last_step and now - self.last_line >= 1.0
+        )
+        finished = done >= total and self.printed
+        if finished or (due and elapsed >= PROGRESS_QUIET_S):
+            eta = f", ETA {_duration(left)}" if done < total else ""
+            self.say(
+                f"{self.name}: {done:,}/{total:,} trials ({100 * done / total:.0f}%), "
+                f"{rate:,.0f} trials/s{eta}"
+            )
+            self.printed, self.last_line, self.last_step = True, now, step
 
 
 def _progress() -> Progress:
@@ -308,11 +521,26 @@ def _run_with_progress(
     resume: Path | None,
     started: list[Path],
     damaged: str = "rerun",
+    limit: int | None = None,
+    quiet: bool = False,
 ) -> RunResult:
-    with _progress() as bar:
+    """Run with a rich bar on a terminal, plain progress lines otherwise, none if quiet."""
+    terminal = sys.stderr.isatty()
+    with _progress() if terminal and not quiet else contextlib.nullcontext() as bar:
+        console = bar.console if bar is not None else _err()
         task: list[Any] = []
 
+        def say(text: str, style: str | None = None) -> None:
+            console.print(Text(text, style=style or ""), soft_wrap=True)
+
+        watch = _Watch(
+            config.name or "run", jobs, say, lines=not terminal and not quiet, estimate=not quiet
+        )
+
         def progress(done: int, total: int, record: dict[str, Any] | None) -> None:
+            watch(done, total)
+            if bar is None:
+                return
             if not task:
                 task.append(bar.add_task(config.name or "run", total=total, completed=done))
             else:
@@ -328,7 +556,8 @@ def _run_with_progress(
             progress=progress,
             on_start=started.append,
             damaged=damaged,
-            notice=lambda text: bar.console.print(Text(text, style="yellow"), soft_wrap=True),
+            notice=lambda text: say(text, "yellow"),
+            limit=limit,
         )
 
 
@@ -339,13 +568,41 @@ def _print_table(table: Table) -> None:
     from harness.report import to_rich
 
     console = _out()
-    rich_table = to_rich(table)
     unlimited = console.options.update_width(1_000_000)
-    if Measurement.get(console, unlimited, rich_table).maximum > console.width:
-        display = table.display.T
-        display.index.name = "cell"
-        rich_table = to_rich(dataclasses.replace(table, display=display))
-    console.print(rich_table)
+
+    def rich_of(display: Any) -> RichTable:
+        return to_rich(dataclasses.replace(table, display=display))
+
+    def fits(display: Any) -> bool:
+        return Measurement.get(console, unlimited, rich_of(display)).maximum <= console.width
+
+    transposed = table.display.T
+    transposed.index.name = "cell"
+    for display in (table.display, transposed):
+        if fits(display):
+            console.print(rich_of(display))
+            return
+    # Neither way fits: print it in parts of whole columns, each as wide as the terminal,
+    # every part with all the row labels uncut (the orientation needing fewer parts).
+
+    def parts(display: Any) -> list[list[Any]]:
+        out: list[list[Any]] = [[]]
+        for col in display.columns:
+            if out[-1] and not fits(display[[*out[-1], col]]):
+                out.append([])
+            out[-1].append(col)
+        return out
+
+    display, chunks = min(
+        ((d, parts(d)) for d in (table.display, transposed)), key=lambda dc: len(dc[1])
+    )
+    for i, cols in enumerate(chunks, 1):
+        part = rich_of(display[cols])
+        part.title = Text(f"{table.title} (part {i} of {len(chunks)})")
+        if i < len(chunks):
+            part.caption = None
+        part.columns[0].no_wrap = True
+        console.print(part)
 
 
 def _report(run_dir: Path, report_from: ExperimentConfig | None = None) -> reporting.Report:
@@ -387,12 +644,14 @@ def _report(run_dir: Path, report_from: ExperimentConfig | None = None) -> repor
 
 def _execute(
     command: list[str],
-    config_path: Path,
+    config_path: Path | None,
     config: ExperimentConfig,
     jobs: int | None,
     out: Path,
     resume: Path | None,
     damaged: str = "rerun",
+    limit: int | None = None,
+    quiet: bool = False,
 ) -> None:
     """Run (or resume), then report; on SIGINT/SIGTERM or a disk error print one line with
     the command that resumes the run."""
@@ -402,13 +661,15 @@ def _execute(
     started: list[Path] = []
 
     def again(run_dir: Path) -> str:
+        given = [str(config_path)] if config_path is not None else []
+        limited = ["--limit", str(limit)] if limit is not None else []
         return shlex.join(
-            ["atomix", *command[:1], str(config_path), "--resume", str(run_dir), *command[1:]]
+            ["atomix", *command[:1], *given, "--resume", str(run_dir), *command[1:], *limited]
         )
 
     try:
         result = _run_with_progress(
-            config, out, jobs or _jobs_default(), resume, started, damaged
+            config, out, jobs or _jobs_default(), resume, started, damaged, limit, quiet
         )
     except RunIOError as exc:
         run_dir = started[0] if started else resume
@@ -475,7 +736,7 @@ def main(
     epilog="Example: atomix run configs/synthetic_fault_class.yaml --trials 20 --modes tx-full,no-tx --jobs 4"
 )
 def run(
-    config: ConfigArg,
+    config: OptionalConfigArg = None,
     trials: Trials = None,
     seed: Seed = None,
     jobs: Jobs = None,
@@ -493,28 +754,43 @@ def run(
     damaged: Damaged = DamagedChoice.rerun,
     max_cells: MaxCells = None,
     max_trials: MaxTrials = None,
+    limit: Limit = None,
+    quiet: Quiet = False,
 ) -> None:
-    """Run an experiment (every cell x trial x mode), then write and print its report."""
-    extra, pinned = _run_sets(config, set_)
-    overrides = {**_overrides(trials, seed, modes), **extra}
-    cfg = _load(config, overrides, pinned or None, _limits(max_cells, max_trials))
+    """Run an experiment (every cell x trial x mode), then write and print its report.
+
+    `atomix run --resume RUN_DIR` resumes a run from the config stored in it."""
+    overrides = _overrides(trials, seed, modes)
+    if config is None and resume is not None and set_:
+        from harness.rundir import read_manifest
+
+        try:
+            raw = read_manifest(resume)["config"]
+        except RunError as exc:
+            _fail(str(exc))
+    else:
+        raw = _raw_config(config) if config is not None and set_ else {}
+    extra, pinned = _run_sets(raw, set_)
+    overrides.update(extra)
+    cfg = _resolve(config, resume, overrides, pinned or None, _limits(max_cells, max_trials))
     sets = [arg for item in set_ or [] for arg in ("--set", item)]
     args = ["run", *sets, *_override_args(trials, seed, modes), *_limit_args(max_cells, max_trials)]
-    _execute(args, config, cfg, jobs, out, resume, damaged.value)
+    _execute(args, config, cfg, jobs, out, resume, damaged.value, limit, quiet)
 
 
 @app.command(
     epilog="Example: atomix sweep configs/synthetic_fault_class.yaml --set faults.rate=0,0.1,0.3 --set params.agents=1,4"
 )
 def sweep(
-    config: ConfigArg,
+    config: OptionalConfigArg = None,
     set_: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
             "--set",
-            help="KEY=V1,V2,... adds KEY to the grid (replacing it if present); repeatable.",
+            help="KEY=V1,V2,... adds KEY to the grid (replacing it if present); repeatable "
+            "(needed unless resuming).",
         ),
-    ],
+    ] = None,
     trials: Trials = None,
     seed: Seed = None,
     jobs: Jobs = None,
@@ -524,13 +800,23 @@ def sweep(
     damaged: Damaged = DamagedChoice.rerun,
     max_cells: MaxCells = None,
     max_trials: MaxTrials = None,
+    limit: Limit = None,
+    quiet: Quiet = False,
 ) -> None:
-    """Run a config over extra grid keys: one run directory holding every cell."""
-    grid = _parse_sets(set_)
-    cfg = _load(config, _overrides(trials, seed, modes), grid, _limits(max_cells, max_trials))
-    sets = [arg for item in set_ for arg in ("--set", item)]
+    """Run a config over extra grid keys: one run directory holding every cell.
+
+    `atomix sweep --resume RUN_DIR` resumes a sweep from the config stored in it."""
+    if not set_ and resume is None:
+        raise typer.BadParameter(
+            "at least one KEY=V1,V2,... is needed (e.g. --set faults.rate=0,0.1)",
+            param_hint="--set",
+        )
+    grid = _parse_sets(set_ or [])
+    overrides = _overrides(trials, seed, modes)
+    cfg = _resolve(config, resume, overrides, grid or None, _limits(max_cells, max_trials))
+    sets = [arg for item in set_ or [] for arg in ("--set", item)]
     args = ["sweep", *sets, *_override_args(trials, seed, modes), *_limit_args(max_cells, max_trials)]
-    _execute(args, config, cfg, jobs, out, resume, damaged.value)
+    _execute(args, config, cfg, jobs, out, resume, damaged.value, limit, quiet)
 
 
 @app.command(

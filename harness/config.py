@@ -13,6 +13,7 @@ deep nesting and repeated keys are refused, and so is a grid larger than `SizeLi
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import hashlib
 import itertools
@@ -20,7 +21,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +39,12 @@ from harness.yamlload import MAX_BYTES, YamlInputError, load_yaml
 IDENTIFIER = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 # A dotted config key, as grid keys, cell keys and --set use them: `faults.rate`.
 DOTTED_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+
+
+def did_you_mean(word: str, choices: Sequence[str], sep: str = "; ") -> str:
+    """`; did you mean X?` for the closest of `choices` to a mistyped `word`, else ""."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"{sep}did you mean {close[0]}?" if close else ""
 
 
 def check_identifier(value: str, what: str = "a name") -> str:
@@ -181,7 +188,10 @@ class ExperimentConfig(_Strict):
         from harness.workloads import WORKLOADS
 
         if v not in WORKLOADS:
-            raise ValueError(f"unknown workload {v!r}; allowed: {', '.join(sorted(WORKLOADS))}")
+            hint = did_you_mean(v, sorted(WORKLOADS))
+            raise ValueError(
+                f"unknown workload {v!r}{hint}; allowed: {', '.join(sorted(WORKLOADS))}"
+            )
         return v
 
     @field_validator("modes")
@@ -192,7 +202,7 @@ class ExperimentConfig(_Strict):
         known = modes()
         bad = [m for m in v if m not in known]
         if bad:
-            raise ValueError(f"unknown mode(s) {bad}; allowed: {', '.join(sorted(known))}")
+            raise ValueError(unknown_modes_message(bad, known))
         if len(set(v)) != len(v):
             raise ValueError("a mode is listed twice")
         return v
@@ -230,6 +240,49 @@ class ExperimentConfig(_Strict):
         return v
 
 
+def unknown_modes_message(bad: Sequence[str], known: Sequence[str]) -> str:
+    """`unknown mode 'tx-ful'; did you mean tx-full?; allowed: ...`."""
+    hints = [h for h in (did_you_mean(b, sorted(known), "") for b in bad) if h]
+    which = f"mode {bad[0]!r}" if len(bad) == 1 else f"modes {list(bad)}"
+    hint = f"; {'; '.join(hints)}" if hints else ""
+    return f"unknown {which}{hint}; allowed: {', '.join(sorted(known))}"
+
+
+def _sub_model(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (`FaultConfig`, `FaultConfig | None`), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def key_choices(model: type[BaseModel], parts: Sequence[str]) -> list[str] | None:
+    """The keys allowed beside the last of `parts` under `model` (dotted, full path), or
+    None when the path leaves the models (a free mapping such as `params`, or a list)."""
+    for part in parts[:-1]:
+        field = model.model_fields.get(part)
+        sub = _sub_model(field.annotation) if field is not None else None
+        if sub is None:
+            return None
+        model = sub
+    prefix = ".".join(parts[:-1])
+    return [f"{prefix}.{name}" if prefix else name for name in model.model_fields]
+
+
+def unknown_key(key: str, model: type[BaseModel] | None = None) -> str | None:
+    """`unknown key faults.rat; did you mean faults.rate?` if the dotted `key` names no
+    config key (None if it does, or if it is under a free mapping such as `params`)."""
+    parts = key.split(".")
+    choices = key_choices(model or ExperimentConfig, parts)
+    if choices is None or key in choices:
+        return None
+    if not parts[-1].isidentifier() and len(parts) > 1:
+        return None  # a list index or similar: left to validation
+    return f"unknown key {key}{did_you_mean(key, choices)}"
+
+
 def _format_loc(loc: Sequence[Any]) -> str:
     return ".".join(str(p) for p in loc) or "(top level)"
 
@@ -239,12 +292,25 @@ def _short_repr(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _problems(exc: ValidationError, under: str = "") -> list[str]:
-    """One line per error: `<under>.<key path>: <message> (got <value>)`."""
+def _problems(
+    exc: ValidationError, under: str = "", model: type[BaseModel] | None = None
+) -> list[str]:
+    """One line per error: `<under>.<key path>: <message> (got <value>)`; an unknown key is
+    `unknown key <path>; did you mean <path>?` (`model`: the one validated, for the hint)."""
     out = []
     for err in exc.errors():
         loc = [under] if under else []
         loc += [str(p) for p in err["loc"]]
+        if err["type"] == "extra_forbidden" and err["loc"]:
+            parts = [str(p) for p in err["loc"]]
+            choices = key_choices(model or ExperimentConfig, parts)
+            shown = ".".join(loc)
+            if choices is not None:
+                prefix = f"{under}." if under else ""
+                hint = did_you_mean(".".join(parts), choices)
+                hint = hint.replace("did you mean ", f"did you mean {prefix}")
+                out.append(f"unknown key {shown}{hint}")
+                continue
         msg = err["msg"].removeprefix("Value error, ")
         # A model-level check names its key itself ("agents: must be ..."): make it the path.
         named = re.match(r"([A-Za-z0-9_/]+): ", msg) if not err["loc"] else None
@@ -294,6 +360,8 @@ def load_config(
     try:
         with path.open("rb") as fh:
             raw = fh.read(MAX_BYTES + 1)  # bounded: the path may be /dev/zero
+    except FileNotFoundError:
+        raise ConfigError(path, [f"no such file{_similar_file(path)}"]) from None
     except OSError as exc:
         raise ConfigError(path, [f"cannot read: {exc.strerror or exc}"]) from None
     try:
@@ -308,6 +376,9 @@ def load_config(
         except ValueError as exc:
             raise ConfigError(path, [f"name: not given, and {exc}; add a `name:` key"]) from None
     for key, value in (overrides or {}).items():
+        unknown = unknown_key(key) if DOTTED_KEY.fullmatch(key) else None
+        if unknown:
+            raise ConfigError(path, [f"--set {key}: {unknown}"])
         try:
             set_dotted(data, check_dotted_key(key), value)
         except (KeyError, ValueError) as exc:
@@ -316,6 +387,16 @@ def load_config(
     if grid and (base is None or isinstance(base, dict)):  # a broken grid is left to validation
         data["grid"] = {**(base or {}), **grid}
     return validate_config(data, path, limits)
+
+
+def _similar_file(path: Path) -> str:
+    """`; did you mean configs/tau_retail.yaml?` for a mistyped config file name."""
+    try:
+        names = sorted(p.name for p in path.parent.iterdir() if p.suffix in (".yaml", ".yml"))
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
+    return f"; did you mean {path.parent / close[0]}?" if close else ""
 
 
 # More lines than this are summarised: a 10,000-cell grid with one bad key is one problem.
@@ -423,7 +504,9 @@ def validate_config(
                     params_model(cfg.workload).model_validate(cfg.params)
                     checked[key] = []
                 except ValidationError as exc:
-                    checked[key] = _problems(exc, under="params")
+                    checked[key] = _problems(
+                        exc, under="params", model=params_model(cfg.workload)
+                    )
             found.extend(checked[key])
         per_cell.append(found)
     problems = _merge_cell_problems(config, cells, per_cell)
@@ -495,20 +578,45 @@ def cell_label(config: ExperimentConfig, key: str) -> str:
     return config.labels.get(key, key)
 
 
+def format_cell(pairs: Iterable[tuple[str, Any]]) -> str:
+    """The one spelling of a cell in text: `fp=0.0,retries=2` (labels, values as written,
+    no spaces). Record keys hold it (as `cell_id`), so table headers, `--set` and messages
+    use it too; changing it would orphan the records of existing runs."""
+    return ",".join(f"{k}={_short(v)}" for k, v in pairs)
+
+
 def cell_id(config: ExperimentConfig, cell: Mapping[str, Any]) -> str:
     if not cell:
         return "all"
     if CELL_LABEL in cell:
         # A named cell is its label plus the grid keys it was crossed with.
         shown = {CELL_LABEL: cell[CELL_LABEL], **{k: v for k, v in cell.items() if k in config.grid}}
-        return ",".join(f"{cell_label(config, k)}={_short(v)}" for k, v in shown.items())
-    return ",".join(f"{cell_label(config, k)}={_short(v)}" for k, v in cell.items())
+        return format_cell((cell_label(config, k), v) for k, v in shown.items())
+    return format_cell((cell_label(config, k), v) for k, v in cell.items())
 
 
 def _short(value: Any) -> str:
     if isinstance(value, str | int | float | bool):
         return str(value)
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def config_difference(stored: Any, now: Any, at: str = "") -> str | None:
+    """The first key where two dumped configs differ: `trials: 30 in the run, 10 now`."""
+    if isinstance(stored, dict) and isinstance(now, dict):
+        for key in [*stored, *(k for k in now if k not in stored)]:
+            where = f"{at}.{key}" if at else str(key)
+            if key not in now:
+                return f"{where}: {_short_repr(stored[key])} in the run, not set now"
+            if key not in stored:
+                return f"{where}: not in the run, {_short_repr(now[key])} now"
+            found = config_difference(stored[key], now[key], where)
+            if found:
+                return found
+        return None
+    if stored != now or type(stored) is not type(now):
+        return f"{at or '(config)'}: {_short_repr(stored)} in the run, {_short_repr(now)} now"
+    return None
 
 
 def config_hash(config: ExperimentConfig) -> str:

@@ -285,6 +285,9 @@ class TableSpec:
     row_order: tuple[str, ...] = ()
     confidence: float = 0.95
     requires: str | None = None
+    #: The cell parameters in the order cell ids name them: a column header lists its
+    #: parameters in this order, so it reads exactly as the records' cell_id.
+    label_order: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -567,7 +570,12 @@ def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
     def col_label(combo: tuple[Any, ...]) -> str:
         if not spec.columns:
             return spec.metric
-        return ", ".join(f"{p}={_fmt_value(v)}" for p, v in zip(spec.columns, combo, strict=True))
+        from harness.config import format_cell  # the one spelling of a cell (as cell_id)
+
+        pairs = list(zip(spec.columns, combo, strict=True))
+        rank = {p: i for i, p in enumerate(spec.label_order)}
+        pairs.sort(key=lambda pv: rank.get(pv[0], len(rank)))
+        return format_cell(pairs)
 
     row_labels = [_fmt_value(r) for r in row_keys]
     col_labels = [col_label(c) for c in col_keys]

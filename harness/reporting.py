@@ -105,6 +105,7 @@ def _table_spec(config: ExperimentConfig, t: TableModel) -> TableSpec:
         method=t.method,
         row_order=tuple(config.modes) if rows == "mode" else (),
         requires=t.requires,
+        label_order=tuple(cell_params(config)),
     )
 
 
@@ -121,6 +122,7 @@ def default_table(config: ExperimentConfig) -> TableSpec:
         columns=tuple(cell_params(config)),
         title=f"{config.name or 'experiment'}: {DEFAULT_METRIC} trials (%)",
         row_order=tuple(config.modes),
+        label_order=tuple(cell_params(config)),
     )
 
 

@@ -32,6 +32,7 @@ from harness.config import (
     cell_config,
     cell_id,
     cell_label,
+    config_difference,
     config_hash,
     expand_cells,
 )
@@ -75,8 +76,11 @@ class RunResult:
         return self.ran / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def plan(config: ExperimentConfig) -> list[TrialSpec]:
-    """Every trial of the experiment, ordered cell, trial, mode (modes of one trial adjacent)."""
+def plan(config: ExperimentConfig, limit: int | None = None) -> list[TrialSpec]:
+    """Every trial of the experiment, ordered cell, trial, mode (modes of one trial adjacent).
+
+    `limit`: only trials 0..limit-1 of each cell (and every mode); the rest of the plan is
+    unchanged, so a later run without it completes the same run."""
     name = config.name or "experiment"
     specs = []
     for cell in expand_cells(config):
@@ -85,7 +89,8 @@ def plan(config: ExperimentConfig) -> list[TrialSpec]:
         shown = {cell_label(config, k): v for k, v in cell.items()}
         # A cell may ask for fewer trials than the config (paper Table 3 runs its F2/F4-only
         # cells at N=100 beside N=300), never more, so --trials still caps every cell.
-        for trial in range(min(cfg.trials, config.trials)):
+        count = min(cfg.trials, config.trials)
+        for trial in range(count if limit is None else min(count, limit)):
             for mode in config.modes:
                 specs.append(
                     TrialSpec(
@@ -265,9 +270,12 @@ def _open_run(
         try:
             manifest = read_manifest(run_dir)
             if manifest.get("config_hash") != digest:
+                what = config_difference(manifest.get("config"), config.model_dump(mode="json"))
+                what = what or f"hash {manifest.get('config_hash')} in the run, {digest} now"
                 raise RunError(
-                    f"{run_dir}: was started with another config (hash "
-                    f"{manifest.get('config_hash')}, now {digest}); start a new run instead"
+                    f"{run_dir}: was started with another config ({what}); resume it "
+                    f"without a config or overrides (atomix run --resume {run_dir}), or "
+                    "start a new run"
                 )
         except BaseException:
             lock.release()
@@ -305,6 +313,7 @@ def run(
     on_start: Callable[[Path], None] | None = None,
     damaged: str = "rerun",
     notice: Callable[[str], None] | None = None,
+    limit: int | None = None,
 ) -> RunResult:
     """Run (or resume) an experiment and return where its records are.
 
@@ -319,10 +328,14 @@ def run(
     trials.jsonl are moved to trials.damaged.jsonl and their trials run again
     (`damaged="rerun"`), or left where they are with the trials they name not run again
     (`damaged="skip"`); `notice` receives one line saying which.
+
+    `limit` runs only trials 0..limit-1 of every cell and mode (see `plan`); the manifest
+    records it (`limit`) and plans only those trials. Resuming without it plans, and runs,
+    the rest.
     """
     if damaged not in DAMAGED_CHOICES:
         raise ValueError(f"damaged must be one of {DAMAGED_CHOICES}, got {damaged!r}")
-    specs = plan(config)
+    specs = plan(config, limit)
     digest = config_hash(config)
     name = config.name or "experiment"
     opened: tuple[Path, RunLock, dict[str, Any]] | None = None
@@ -336,7 +349,8 @@ def run(
                     on_start(opened[0])
             run_dir, _, manifest = opened
             return _run_locked(
-                specs, digest, name, run_dir, manifest, jobs, resume, progress, damaged, notice
+                specs, digest, name, run_dir, manifest, jobs, resume, progress, damaged, notice,
+                limit, {s.key for s in plan(config)} if limit is not None else None,
             )
         except BaseException:
             if opened is not None and opened[2].get("status") == "running":
@@ -362,10 +376,13 @@ def _run_locked(
     progress: Callable[[int, int, dict[str, Any] | None], None] | None,
     damaged: str,
     notice: Callable[[str], None] | None,
+    limit: int | None = None,
+    known: set[str] | None = None,
 ) -> RunResult:
     records_path = run_dir / TRIALS
     planned = {s.key for s in specs}
-    scan = scan_records(records_path, name, digest, planned)
+    # Records past a --limit are this run's own, not another config's.
+    scan = scan_records(records_path, name, digest, known or planned)
     if scan.foreign:
         raise RunError(foreign_message(records_path, scan.foreign, name, digest))
     if scan.torn_tail:
@@ -373,7 +390,7 @@ def _run_locked(
             truncate_torn_tail(records_path)
         except OSError as exc:
             raise io_error(records_path, exc) from None
-    done = scan.keys()
+    done = scan.keys() & planned
     skip: set[str] = set()
     if scan.damaged:
         what = f"{records_path}: {damaged_summary(scan.damaged)}"
@@ -391,6 +408,11 @@ def _run_locked(
             notice(say)
     todo = [s for s in specs if s.key not in done and s.key not in skip]
     manifest["status"] = "running"
+    manifest["trials_planned"] = len(specs)  # a resume may lift (or set) a --limit
+    if limit is None:
+        manifest.pop("limit", None)
+    else:
+        manifest["limit"] = limit
     manifest.pop("interrupted_detected_at", None)
     manifest.setdefault("resumed_at", [])
     if resume is not None:

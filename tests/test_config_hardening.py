@@ -142,7 +142,7 @@ def test_labels_and_keys_are_plain(tmp_path: Path, key: str, value: Any) -> None
         ({"veto_rate": float("nan")}, "params.veto_rate"),
         ({"veto_rate": 1.5}, "params.veto_rate"),
         ({"step_retries": [1]}, "params.step_retries"),
-        ({"agent": 1}, "params.agent: Extra inputs are not permitted"),
+        ({"agent": 1}, "unknown key params.agent; did you mean params.agents?"),
     ],
 )
 def test_synthetic_params_are_validated(tmp_path: Path, params: dict[str, Any], expected: str) -> None:

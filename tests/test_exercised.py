@@ -115,12 +115,12 @@ def test_a_cell_with_no_fault_of_its_class_reads_not_exercised_everywhere() -> N
 def test_a_fault_free_rate_zero_cell_still_prints_a_rate() -> None:
     table = build_table(records_frame(make_records()), SPEC)
     for mode in ("tx-full", "no-tx"):
-        assert table.display.loc[mode, "fp=0"] == "50 [19, 81]"
-    assert bool(table.data.set_index(["row", "column"]).loc[("no-tx", "fp=0"), "exercised"])
+        assert table.display.loc[mode, "fp=0.0"] == "50 [19, 81]"
+    assert bool(table.data.set_index(["row", "column"]).loc[("no-tx", "fp=0.0"), "exercised"])
     # Unless the table says faults must have occurred at all.
     strict = build_table(records_frame(make_records()), TableSpec(
         "c", "clean", "proportion", columns=("fp",), requires="faults"))
-    assert strict.display.loc["no-tx", "fp=0"] == NOT_EXERCISED_TEXT
+    assert strict.display.loc["no-tx", "fp=0.0"] == NOT_EXERCISED_TEXT
 
 
 def test_requires_names_what_must_have_occurred() -> None:
@@ -128,7 +128,7 @@ def test_requires_names_what_must_have_occurred() -> None:
     by = {r: build_table(df, TableSpec("c", "clean", "proportion", columns=("fp",), requires=r))
           for r in ("F1", "F3", "aborts", "compensations", "sends", "none")}
     assert set(by["F1"].display.loc["tx-full"]) == {NOT_EXERCISED_TEXT}
-    assert by["F3"].display.loc["tx-full", "fp=0"] == NOT_EXERCISED_TEXT
+    assert by["F3"].display.loc["tx-full", "fp=0.0"] == NOT_EXERCISED_TEXT
     assert by["F3"].display.loc["tx-full", "fp=0.3"] == "50 [19, 81]"
     assert NOT_EXERCISED_TEXT not in set(by["aborts"].display.to_numpy().ravel())
     assert by["compensations"].display.loc["no-tx", "fp=0.1"] == NOT_EXERCISED_TEXT
@@ -290,10 +290,10 @@ def test_the_synthetic_f3_column_injects_f3_where_modes_compensate(tmp_path: Pat
     report = reporting.write_run_report(loaded)
     table = report.main
     assert table is not None
-    assert table.display.loc["no-tx", "fp=0.3, class=F3"] == NOT_EXERCISED_TEXT
+    assert table.display.loc["no-tx", "class=F3,fp=0.3"] == NOT_EXERCISED_TEXT
     for mode in ("tx-full", "saga"):
-        assert table.display.loc[mode, "fp=0.3, class=F3"] != NOT_EXERCISED_TEXT
-        assert table.display.loc[mode, "fp=0.3, class=F1"] != NOT_EXERCISED_TEXT
+        assert table.display.loc[mode, "class=F3,fp=0.3"] != NOT_EXERCISED_TEXT
+        assert table.display.loc[mode, "class=F1,fp=0.3"] != NOT_EXERCISED_TEXT
     rows = list(csv.DictReader(io.StringIO((result.run_dir / "tables" / "exercised.csv").read_text())))
     got = {(r["mode"], r["cell_id"]): r for r in rows}
     assert int(got["saga", "class=F3,fp=0.3"]["faults_F3"]) == f3["saga"]["F3"]

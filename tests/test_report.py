@@ -170,7 +170,7 @@ def test_row_order_respected(df: pd.DataFrame) -> None:
 def test_multiple_column_params_labels(df: pd.DataFrame) -> None:
     spec = TableSpec("x", "clean", "proportion", columns=("fp", "fault_classes"))
     t = build_table(df, spec)
-    assert list(t.display.columns) == ["fp=0.1, fault_classes=mixed", "fp=0.3, fault_classes=mixed"]
+    assert list(t.display.columns) == ["fp=0.1,fault_classes=mixed", "fp=0.3,fault_classes=mixed"]
 
 
 def test_no_columns_uses_metric_label(df: pd.DataFrame) -> None:
@@ -259,9 +259,9 @@ def test_markdown_states_n_and_method(df: pd.DataFrame) -> None:
 def test_markdown_states_n_per_column_when_it_varies() -> None:
     df = records_frame(make_records(n=30, calib_n=10))
     t = build_table(df, CLEAN_SPEC)
-    assert t.n_text == "N = 30 per cell except 10 (fp=0)"
+    assert t.n_text == "N = 30 per cell except 10 (fp=0.0)"
     assert t.n_text in to_markdown(t)
-    assert list(t.display.columns) == ["fp=0", "fp=0.1", "fp=0.3"]
+    assert list(t.display.columns) == ["fp=0.0", "fp=0.1", "fp=0.3"]
 
 
 def test_latex_booktabs_and_escaping(df: pd.DataFrame) -> None:
