@@ -174,13 +174,18 @@ def run_trial(
             committed=committed,
             invariant_violations=invariants,
             reported_residue=sum(o.reported_residue for o in outcomes),
-        )
+        )  # (the residue a mode reported; see "residue_mismatch" below)
         if trace is not None:
             trace.append(TrialTrace(list(ops), list(messages), fault_records, str(env.workdir)))
         outcomes.sort(key=lambda o: o.agent)
         n = max(1, len(outcomes))
+        reported = sum(o.reported_residue for o in outcomes)
         metrics = {
             **verdict.as_dict(),
+            # Paper Table 16: the oracle's residue status against the mode's own report.
+            "residue_free": verdict.residue == 0,
+            "reported_residue": reported,
+            "residue_mismatch": (verdict.residue == 0) != (reported == 0),
             "leaked": verdict.leaks > 0,
             "committed": sum(o.committed for o in outcomes),
             "agents": len(outcomes),
