@@ -67,6 +67,9 @@ def find_trial(records: Sequence[dict[str, Any]], selector: str) -> dict[str, An
     if exact:
         return exact[0]
     found = [r for r in records if selector in str(r.get("key", ""))]
+    if len(found) > 1:  # `saga/fp=0.3/4` names trial 4, not also trials 40-49: prefer a whole tail
+        tail = [r for r in found if str(r.get("key", "")).endswith("/" + selector.lstrip("/"))]
+        found = tail or found
     if len(found) == 1:
         return found[0]
     if not found:

@@ -43,6 +43,8 @@ def test_a_faulty_trial_shows_its_calls_faults_and_settlement_and_replays_identi
     assert "settlement per agent:" in out and "replay: identical to the stored record" in out
     by_key = invoke("show", run_dir, record["key"])
     assert by_key.output == out
+    tail = record["key"].split("/", 1)[1]  # mode/cell/trial: a whole tail of one key
+    assert invoke("show", run_dir, tail).output == out
 
 
 def test_a_tampered_record_is_reported_as_not_reproduced(run_dir: Path, tmp_path: Path) -> None:
