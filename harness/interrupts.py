@@ -55,13 +55,16 @@ def _startup_handler(signum: int, frame: FrameType | None) -> None:
     for s in SIGNALS:  # a second signal must not interrupt the exit itself
         signal.signal(s, signal.SIG_IGN)
     try:
+        sys.stdout.flush()
         sys.stderr.write(f"atomix: {_note} ({signal.Signals(signum).name})\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-    # SystemExit, not os._exit: it unwinds (files are closed and flushed) and Python exits
-    # on it without a traceback, wherever it is raised (even inside an import).
-    raise SystemExit(128 + signum)
+    # os._exit, not SystemExit: an exception raised here can land anywhere, and some places
+    # wrap it (a signal during a class body's __set_name__, e.g. while a dataclass is built
+    # at import, turns SystemExit into a RuntimeError with a traceback; seen in CI). Nothing
+    # needs unwinding: no run has started, or its records are complete and closed.
+    os._exit(128 + signum)
 
 
 def _is_cli() -> bool:
