@@ -38,11 +38,9 @@ from scipy import stats as _sps
 from harness.latex import COLUMN_WIDTH_PT, estimate_width
 from harness.report import (
     NOT_EXERCISED_TEXT,
-    exercised_counts,
-    is_exercised,
     latex_escape,
-    records_frame,
 )
+from harness.reporting import exercised_by_cell
 from harness.stats import format_pct, mean_ci
 
 __all__ = [
@@ -376,7 +374,7 @@ def paired_compare(
     present_cells = {c for c, _ in by_cell}
     head = [c for c in dict.fromkeys(cell_order) if c in present_cells]
     cells = head + sorted(present_cells - set(head))
-    exercised = _exercised(records, modes, requires)
+    exercised = exercised_by_cell(records, modes, requires)
 
     raw: list[dict[str, Any]] = []
     for cell in cells:
@@ -455,15 +453,6 @@ def _pair_stats(
     )
 
 
-def _exercised(
-    records: Sequence[Mapping[str, Any]], modes: Sequence[str], requires: str | None
-) -> dict[tuple[str, str], bool]:
-    """(cell_id, mode) -> did its trials exercise ``requires`` (see ``is_exercised``)."""
-    df = records_frame([r for r in records if r["mode"] in modes])
-    positions: dict[tuple[str, str], list[int]] = {}
-    for i, (c, m) in enumerate(zip(df["cell_id"].tolist(), df["mode"].tolist(), strict=True)):
-        positions.setdefault((str(c), str(m)), []).append(i)
-    return {k: is_exercised(exercised_counts(df, idx), requires) for k, idx in positions.items()}
 
 
 # --------------------------------------------------------------------------- renderers

@@ -15,18 +15,12 @@ a report gives byte-identical files.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-
-from rich.table import Table as RichTable
-from rich.text import Text
 
 from harness.config import (
     ConfigError,
@@ -42,7 +36,6 @@ from harness.errors import RunError
 from harness.oracle import Verdict
 from harness.report import (
     EXERCISED_NAME,
-    NOT_EXERCISED_TEXT,
     PlotSpec,
     Table,
     TableSpec,
@@ -63,7 +56,6 @@ from harness.rundir import (
     settle_status,
 )
 from harness.runner import plan
-from harness.stats import METHOD_LABELS, PAIR_TESTS, Proportion, compare_proportions, interval
 from harness.trial import run_trial
 
 MANIFEST = "manifest.json"
@@ -385,100 +377,7 @@ def write_run_report(run: Run) -> Report:
 # --------------------------------------------------------------------------- compare
 
 
-@dataclass
-class Comparison:
-    """Per cell, one `Proportion` per mode and a p-value for each mode against the first.
-
-    A (cell, mode) whose trials did not exercise the cell's condition (`exercised` False;
-    see `harness.report.is_exercised`) shows `n/a (not exercised)` and is not tested: its
-    p-value, and that of every mode in a cell whose first mode was not exercised, is nan.
-    """
-
-    metric: str
-    modes: list[str]
-    test: str
-    cells: list[str]
-    props: dict[tuple[str, str], Proportion]  # (cell_id, mode) -> proportion
-    p_values: dict[tuple[str, str], float]  # (cell_id, mode) -> p against modes[0]
-    exercised: dict[tuple[str, str], bool] = field(default_factory=dict)  # missing: True
-    requires: str | None = None
-
-    def is_exercised(self, cell: str, mode: str) -> bool:
-        return self.exercised.get((cell, mode), True)
-
-    def cell_text(self, cell: str, mode: str) -> str:
-        if not self.is_exercised(cell, mode):
-            return NOT_EXERCISED_TEXT
-        return self.props[cell, mode].pct()
-
-    @property
-    def title(self) -> str:
-        return f"{self.metric}: {' vs '.join(self.modes)}"
-
-    @property
-    def footer(self) -> str:
-        ns = sorted({p.n for p in self.props.values()})
-        n_text = (
-            f"N = {ns[0]} per mode and cell" if len(ns) == 1 else "N per mode and cell in column N"
-        )
-        text = (
-            f"{n_text}; percent {self.metric} with exact two-sided "
-            f"{100 * COMPARE_CONFIDENCE:g}% {METHOD_LABELS[COMPARE_METHOD]} intervals; "
-            f"p: two-sided exact {self.test.capitalize()} test against {self.modes[0]}."
-        )
-        if not all(self.exercised.values()):
-            what = _NOT_EXERCISED_WHY.get(self.requires, f"no {self.requires} occurred")
-            text += f" {NOT_EXERCISED_TEXT}: {what}; not tested."
-        return text
-
-    def n_text(self, cell: str) -> str:
-        ns = [self.props[cell, m].n for m in self.modes]
-        return str(ns[0]) if len(set(ns)) == 1 else "/".join(map(str, ns))
-
-    def rows(self) -> list[list[str]]:
-        """Display rows: cell, N, one column per mode, one p column per mode after the first."""
-        return [
-            [
-                cell,
-                self.n_text(cell),
-                *(self.cell_text(cell, m) for m in self.modes),
-                *(format_p(self.p_values[cell, m]) for m in self.modes[1:]),
-            ]
-            for cell in self.cells
-        ]
-
-    def header(self) -> list[str]:
-        first = self.modes[0]
-        return ["cell", "N", *self.modes, *(f"p {m} vs {first}" for m in self.modes[1:])]
-
-
-def format_p(p: float) -> str:
-    if math.isnan(p):
-        return "n/a"
-    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
-
-
-def _binary(value: Any, metric: str) -> int:
-    if isinstance(value, bool) or (isinstance(value, int | float) and value in (0, 1)):
-        return int(value)
-    raise ValueError(
-        f"metric {metric!r} is not a yes/no metric (a record has {value!r}); "
-        "compare needs a proportion such as clean, goal or serialisable"
-    )
-
-
-_NOT_EXERCISED_WHY: dict[str | None, str] = {
-    None: "the cell injects faults but none was injected in that mode's trials",
-    "faults": "no fault was injected in that mode's trials",
-    "aborts": "no transaction aborted in that mode's trials",
-    "compensations": "nothing was compensated in that mode's trials",
-    "irreversible_calls": "no irreversible call was made in that mode's trials",
-    "sends": "no message reached the sink in that mode's trials",
-    **{c: f"no {c} fault was injected in that mode's trials" for c in ("F1", "F2", "F3", "F4", "F5")},
-}
-
-
-def _exercised_by_cell(
+def exercised_by_cell(
     records: Sequence[Mapping[str, Any]], modes: Sequence[str], requires: str | None
 ) -> dict[tuple[str, str], bool]:
     """(cell_id, mode) -> did its trials exercise `requires` (see `is_exercised`)."""
@@ -489,160 +388,11 @@ def _exercised_by_cell(
     return {key: is_exercised(exercised_counts(df, idx), requires) for key, idx in positions.items()}
 
 
-def compare(
-    run: Run,
-    modes: Sequence[str],
-    metric: str = DEFAULT_METRIC,
-    test: str = "fisher",
-    requires: str | None = None,
-) -> Comparison:
-    """Compare modes per cell on a yes/no metric; raise ValueError on a bad request.
-
-    A (cell, mode) that did not exercise `requires` (default: the rule of
-    `harness.report.is_exercised`) is shown as not exercised and not tested.
-    """
-    if len(modes) < 2:
-        raise ValueError("compare needs at least two modes, e.g. --modes tx-full,no-tx")
-    if len(set(modes)) != len(modes):
-        raise ValueError(f"a mode is listed twice in {list(modes)}")
-    if test not in PAIR_TESTS:
-        raise ValueError(f"unknown test {test!r}; allowed: {', '.join(sorted(PAIR_TESTS))}")
-    present = sorted({r["mode"] for r in run.records})
-    missing = [m for m in modes if m not in present]
-    if missing:
-        raise ValueError(f"mode(s) {missing} have no trials in {run.run_dir}; it has: {present}")
-    metrics = sorted({k for r in run.records for k in r.get("metrics", {})})
-    if metric not in metrics:
-        raise ValueError(f"unknown metric {metric!r}; the records have: {', '.join(metrics)}")
-    counts: dict[tuple[str, str], list[int]] = {}
-    for rec in run.records:
-        value = rec["metrics"].get(metric)
-        if rec["mode"] in modes and value is not None:
-            k_n = counts.setdefault((rec["cell_id"], rec["mode"]), [0, 0])
-            k_n[0] += _binary(value, metric)
-            k_n[1] += 1
-    cells = _cell_order(run.config, {c for c, _ in counts})
-    props = {
-        (c, m): interval(*counts.get((c, m), [0, 0]), COMPARE_METHOD, COMPARE_CONFIDENCE)
-        for c in cells
-        for m in modes
-    }
-    by_cell = _exercised_by_cell(run.records, modes, requires)
-    exercised = {(c, m): by_cell.get((c, m), True) for c in cells for m in modes}
-    p_values = {
-        (c, m): compare_proportions(
-            props[c, modes[0]].successes,
-            props[c, modes[0]].n,
-            props[c, m].successes,
-            props[c, m].n,
-            test,
-        ).p_value
-        if exercised[c, modes[0]] and exercised[c, m]
-        else math.nan  # a condition that never occurred is not tested
-        for c in cells
-        for m in modes[1:]
-    }
-    return Comparison(metric, list(modes), test, cells, props, p_values, exercised, requires)
-
-
 def _cell_order(config: ExperimentConfig, present: Iterable[str]) -> list[str]:
     """Cells in the config's order; cells not in the config (if any) after, sorted."""
     planned = [cell_id(config, c) for c in expand_cells(config)]
     present = set(present)
     return [c for c in planned if c in present] + sorted(present - set(planned))
-
-
-def compare_stem(modes: Sequence[str], metric: str = DEFAULT_METRIC, test: str = "fisher") -> str:
-    """`compare-<modes>`, plus the metric and test when they are not the defaults."""
-    parts = ["compare-" + "_".join(modes)]
-    if metric != DEFAULT_METRIC:
-        parts.append(metric)
-    if test != "fisher":
-        parts.append(test)
-    return "-".join(parts)
-
-
-def comparison_rich(cmp: Comparison) -> RichTable:
-    rt = RichTable(title=Text(cmp.title), caption=Text(cmp.footer))
-    for i, h in enumerate(cmp.header()):
-        rt.add_column(Text(h), justify="left" if i == 0 else "right")
-    for row in cmp.rows():
-        rt.add_row(*(Text(c) for c in row))
-    return rt
-
-
-def comparison_markdown(cmp: Comparison) -> str:
-    def esc(s: str) -> str:
-        return s.replace("|", r"\|")
-
-    header = cmp.header()
-    lines = [f"**{esc(cmp.title)}**", ""]
-    lines.append("| " + " | ".join(esc(h) for h in header) + " |")
-    lines.append("| " + " | ".join([":---", *["---:"] * (len(header) - 1)]) + " |")
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cmp.rows()]
-    lines += ["", esc(cmp.footer), ""]
-    return "\n".join(lines)
-
-
-def comparison_csv(cmp: Comparison) -> str:
-    """Long form: one line per (cell, mode) with counts, whether it was exercised, rate,
-    interval and p-value (rate, interval and p empty when not exercised)."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(
-        [
-            "metric",
-            "cell_id",
-            "mode",
-            "successes",
-            "n",
-            "exercised",
-            "rate",
-            "lo",
-            "hi",
-            "method",
-            "vs",
-            "test",
-            "p_value",
-        ]
-    )
-    for cell in cmp.cells:
-        for m in cmp.modes:
-            p = cmp.props[cell, m]
-            first = m == cmp.modes[0]
-            shown = cmp.is_exercised(cell, m)  # not exercised: no rate, interval or p
-            p_value = cmp.p_values.get((cell, m), math.nan)
-            writer.writerow(
-                [
-                    cmp.metric,
-                    cell,
-                    m,
-                    p.successes,
-                    p.n,
-                    "true" if shown else "false",
-                    "" if math.isnan(p.rate) or not shown else repr(p.rate),
-                    repr(p.lo) if shown else "",
-                    repr(p.hi) if shown else "",
-                    COMPARE_METHOD,
-                    "" if first else cmp.modes[0],
-                    "" if first else cmp.test,
-                    "" if first or math.isnan(p_value) else repr(p_value),
-                ]
-            )
-    return buf.getvalue()
-
-
-def write_comparison(cmp: Comparison, tables_dir: Path) -> list[Path]:
-    tables_dir = Path(tables_dir)
-    tables_dir.mkdir(parents=True, exist_ok=True)
-    stem = compare_stem(cmp.modes, cmp.metric, cmp.test)
-    paths = []
-    for suffix, text in ((".md", comparison_markdown(cmp)), (".csv", comparison_csv(cmp))):
-        path = tables_dir / f"{stem}{suffix}"
-        with path.open("w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        paths.append(path)
-    return paths
 
 
 def summary(config: ExperimentConfig) -> Mapping[str, Any]:

@@ -21,6 +21,7 @@ from rich.console import Console
 from harness import reporting
 from harness.config import ConfigError, load_config, validate_config
 from harness.faults import FaultConfig, FaultInjector, Point
+from harness.paired import paired_compare, paired_csv
 from harness.report import (
     EXERCISED_COUNTS,
     NOT_EXERCISED_TEXT,
@@ -299,13 +300,11 @@ def test_the_synthetic_f3_column_injects_f3_where_modes_compensate(tmp_path: Pat
     assert int(got["saga", "class=F3,fp=0.3"]["faults_F3"]) == f3["saga"]["F3"]
     assert got["no-tx", "class=F3,fp=0.3"]["faults_F3"] == "0"
 
-    cmp = reporting.compare(loaded, ["tx-full", "saga", "no-tx"])
+    cmp = paired_compare(loaded.records, "clean", ["tx-full", "saga", "no-tx"], requires="faults")
     cell = "class=F3,fp=0.3"
-    assert not cmp.is_exercised(cell, "no-tx") and math.isnan(cmp.p_values[cell, "no-tx"])
-    assert not math.isnan(cmp.p_values[cell, "saga"])
-    row = next(r for r in cmp.rows() if r[0] == cell)
-    assert row[4] == NOT_EXERCISED_TEXT and row[-1] == "n/a"
-    assert "not tested" in cmp.footer
-    lines = list(csv.DictReader(io.StringIO(reporting.comparison_csv(cmp))))
+    by = {(r.cell, r.mode): r for r in cmp.rows}
+    assert not by[cell, "no-tx"].exercised and math.isnan(by[cell, "no-tx"].p)
+    assert by[cell, "saga"].exercised and not math.isnan(by[cell, "saga"].p)
+    lines = list(csv.DictReader(io.StringIO(paired_csv(cmp))))
     na = next(r for r in lines if r["cell_id"] == cell and r["mode"] == "no-tx")
-    assert na["exercised"] == "false" and na["rate"] == "" and na["p_value"] == ""
+    assert na["exercised"] == "false" and na["p_value"] == ""
