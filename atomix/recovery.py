@@ -242,6 +242,56 @@ def _finish(
         report.finished.append(RecoveredTx(tx.name, "committed", delivered, already))
 
 
+def _redo_rows(step: list[LoggedEffect], tools: Any, stores: _Stores) -> list[bool]:
+    """One database's rows of one transaction, as one batch (as they applied live)."""
+    from atomix.adapters.sqlite import row_effect
+
+    store = stores.db(step[0].redo["db"])
+    had = store.applied_keys()
+    effects = [
+        row_effect(store, e.redo["table"], e.redo["k"], e.redo["value"], key=e.key, tool=e.tool)
+        for e in step
+    ]
+    store.apply_batch(effects)
+    return [e.key not in had for e in step]
+
+
+def _redo_file(step: list[LoggedEffect], tools: Any, stores: _Stores) -> list[bool]:
+    first = step[0]
+    redo = first.redo
+    store = stores.file(redo["root"], bool(redo.get("casefold")))
+    data = redo["text"] if "text" in redo else base64.b64decode(redo["data_b64"])
+    return [bool(store.write(redo["path"], data, key=first.key))]
+
+
+def _redo_mail(step: list[LoggedEffect], tools: Any, stores: _Stores) -> list[bool]:
+    first = step[0]
+    redo = first.redo
+    sink = stores.outbox(redo["outbox"])
+    return [bool(sink.send(redo["to"], redo["subject"], redo["body"], key=first.key))]
+
+
+def _redo_tool(
+    step: list[LoggedEffect], tools: Mapping[str, ToolSpec | None] | None, stores: _Stores
+) -> list[bool]:
+    first = step[0]
+    spec = _spec(first.redo["tool"], tools)
+    kwargs = dict(first.redo["args"])
+    if spec.wants_key:
+        kwargs[KEY_PARAM] = first.key
+    _run(spec.fn, kwargs)
+    return [True]
+
+
+#: How each kind of redo record is delivered again: a new kind is one function and one entry.
+_REDO: dict[str, Callable[..., list[bool]]] = {
+    "sqlite.row": _redo_rows,
+    "fs.write": _redo_file,
+    "mail.send": _redo_mail,
+    "tool": _redo_tool,
+}
+
+
 def _redo_step(
     step: list[LoggedEffect], tools: Mapping[str, ToolSpec | None] | None, stores: _Stores
 ) -> list[bool]:
@@ -250,39 +300,15 @@ def _redo_step(
     first = step[0]
     if first.problem is not None:
         raise _Unavailable(f"cannot be redone exactly: {first.problem}")
-    redo = first.redo
-    kind = redo.get("kind")
+    redo = _REDO.get(str(first.redo.get("kind")))
+    if redo is None:
+        raise _Unavailable("built by hand, no redo record: only its program knew how to apply it")
     try:
-        if kind == "sqlite.row":
-            from atomix.adapters.sqlite import row_effect
-
-            store = stores.db(redo["db"])
-            had = store.applied_keys()
-            effects = [
-                row_effect(store, e.redo["table"], e.redo["k"], e.redo["value"], key=e.key, tool=e.tool)
-                for e in step
-            ]
-            store.apply_batch(effects)
-            return [e.key not in had for e in step]
-        if kind == "fs.write":
-            store = stores.file(redo["root"], bool(redo.get("casefold")))
-            data = redo["text"] if "text" in redo else base64.b64decode(redo["data_b64"])
-            return [bool(store.write(redo["path"], data, key=first.key))]
-        if kind == "mail.send":
-            sink = stores.outbox(redo["outbox"])
-            return [bool(sink.send(redo["to"], redo["subject"], redo["body"], key=first.key))]
-        if kind == "tool":
-            spec = _spec(redo["tool"], tools)
-            kwargs = dict(redo["args"])
-            if spec.wants_key:
-                kwargs[KEY_PARAM] = first.key
-            _run(spec.fn, kwargs)
-            return [True]
+        return redo(step, tools, stores)
     except _Unavailable:
         raise
     except Exception as exc:  # noqa: BLE001 - reported; the effect stays for the next recovery
         raise _Unavailable(f"redo failed: {type(exc).__name__}: {exc}") from exc
-    raise _Unavailable("built by hand, no redo record: only its program knew how to apply it")
 
 
 def _abort(
