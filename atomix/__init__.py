@@ -25,6 +25,7 @@ from atomix.runtime import (
     TransactionExecutor,
     current_transaction,
 )
+from atomix.schemas import ToolSchema, function_schema, tool_schema
 from atomix.scopes import Scope, ScopePolicy, parse_scope
 from atomix.tools import Ack, Call, ScopeTemplate
 
@@ -55,6 +56,7 @@ __all__ = [
     "ScopeTemplate",
     "Settlement",
     "ToolDefinitionError",
+    "ToolSchema",
     "TransactionAborted",
     "TransactionExecutor",
     "TransactionManager",
@@ -62,6 +64,8 @@ __all__ = [
     "Wait",
     "__version__",
     "current_transaction",
+    "function_schema",
     "parse_scope",
     "recover",
+    "tool_schema",
 ]

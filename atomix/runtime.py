@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import os
 import threading
 import time
 from _thread import get_ident
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from atomix.decisions import AbortPlan, CommitPlan, Resolution, Settlement
 from atomix.effects import AbortSource, Effect
@@ -39,6 +40,9 @@ from atomix.session import (
 from atomix.settle import acarry_out_abort, acarry_out_commit, carry_out_abort, carry_out_commit
 from atomix.tools import Call, ScopeSpec, ToolSpec, define_tool, with_signature
 from atomix.transaction import ABORTED
+
+if TYPE_CHECKING:
+    from atomix.schemas import ToolSchema
 
 T = TypeVar("T")
 _UNSET: Any = object()
@@ -257,6 +261,15 @@ class Tx(TxSession):
     def abort(self, source: AbortSource | str = AbortSource.PRE_COMMIT_VETO, detail: str = "") -> Settlement:
         return self._driver.drive(self.abort_steps(source, detail))
 
+    def active(self) -> contextlib.AbstractContextManager[Tx]:
+        """Make this the current transaction for a block, without settling it on leaving.
+
+        For integrations whose transaction outlives one call (a task spanning several chat
+        turns, an MCP session): tools called in the block, or in workers the block starts
+        through `Runtime.executor`, join it. Settle it with `commit()` or `abort()`.
+        """
+        return _activated(self)
+
     def __enter__(self) -> Tx:
         self._token = _current.set(self)
         if not self._own:
@@ -283,6 +296,20 @@ class Tx(TxSession):
         elif not (isinstance(exc, TransactionAborted) and exc.txid == self.txid):
             self.abort(_abort_source(exc), f"{type(exc).__name__}: {exc}")
         return False
+
+
+@contextlib.contextmanager
+def _activated(tx: Any) -> Iterator[Any]:
+    if _current.get() is tx:  # already its own block's (or an enclosing active()'s)
+        yield tx
+        return
+    token = _current.set(tx)
+    tx.rt._blocks[tx.txid] = get_ident()
+    try:
+        yield tx
+    finally:
+        _current.reset(token)
+        tx.rt._blocks.pop(tx.txid, None)
 
 
 class ATx(TxSession):
@@ -353,6 +380,11 @@ class ATx(TxSession):
         self, source: AbortSource | str = AbortSource.PRE_COMMIT_VETO, detail: str = ""
     ) -> Settlement:
         return await self._driver.adrive(self.abort_steps(source, detail))
+
+    def active(self) -> contextlib.AbstractContextManager[ATx]:
+        """As `Tx.active`: current for a block (a `with`, also inside a coroutine), not
+        settled on leaving; settle it with `await commit()` or `await abort()`."""
+        return _activated(self)
 
     async def __aenter__(self) -> ATx:
         self._token = _current.set(self)
@@ -677,6 +709,13 @@ class Runtime:
         tx = self.transaction()
         tx._own = True
         return tx
+
+    def tool_schemas(self) -> list[ToolSchema]:
+        """The JSON schema of every tool defined on this runtime (not of a name two functions
+        share), computed once per tool; see atomix.schemas."""
+        from atomix.schemas import tool_schema
+
+        return [tool_schema(spec) for spec in self.coordinator.tools.values() if spec is not None]
 
     def executor(self, max_workers: int | None = None) -> TransactionExecutor:
         """A thread pool whose workers' tool calls join the submitting transaction."""
