@@ -1148,6 +1148,55 @@ def recover(
         raise typer.Exit(EXIT_UNFINISHED)
 
 
+@app.command(
+    "mcp-proxy",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    options_metavar="--policy POLICY.yaml [--log DIR] -- SERVER_COMMAND...",
+    epilog="Example: atomix mcp-proxy --policy policy.yaml -- python my_server.py --flag",
+    help=(
+        "Serve MCP on stdin/stdout in front of another MCP server (the command after `--`), "
+        "settling its tool calls in Atomix transactions as POLICY says: irreversible calls "
+        "wait at a gate until commit, reversible ones are compensated at abort."
+        "\n\n"
+        "Exit codes: 0 the client disconnected; 2 a bad policy (or one that does not fit the "
+        "server's tools), or the server did not start; 128+N stopped by signal N (after "
+        "settling as on_session_end says). See docs/mcp-proxy.md."
+    ),
+)
+def mcp_proxy(
+    ctx: typer.Context,
+    policy: Annotated[
+        Path,
+        typer.Option(
+            "--policy", metavar="POLICY.yaml", help="The proxy's policy file.", show_default=False
+        ),
+    ],
+    log: Annotated[
+        Path | None,
+        typer.Option(
+            "--log",
+            metavar="DIR",
+            help="A durable transaction log directory (Runtime(log=DIR)).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Front an MCP server with transactional tool calls (see the command's help)."""
+    from atomix.integrations.mcp_proxy import PolicyError, ProxyStartError, load_policy, run_proxy
+
+    command = list(ctx.args)
+    if not command:
+        _fail(
+            "atomix mcp-proxy: no upstream server command; put it after `--`: "
+            "atomix mcp-proxy --policy POLICY.yaml -- SERVER_COMMAND..."
+        )
+    try:
+        code = run_proxy(load_policy(policy), policy, command, log_dir=log)
+    except (PolicyError, ProxyStartError) as exc:
+        _fail(f"atomix mcp-proxy: {exc}")
+    raise typer.Exit(code)
+
+
 @app.command(epilog="Example: atomix show results/tau_retail/<run-id> saga/fp=0.3/4")
 def show(
     run_dir: Annotated[
