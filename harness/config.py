@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from harness.errors import ConfigError  # defined there (cheap to import); used here
 from harness.faults import FaultConfig
@@ -116,6 +123,14 @@ class ToolModel(_Strict):
     jitter_ms: float = Field(2.0, ge=0, le=MAX_MS)
 
 
+# What must have occurred in a cell for it to be a result (else "n/a (not exercised)");
+# None: the default rule of harness.report.is_exercised.
+Requires = Literal[
+    "faults", "F1", "F2", "F3", "F4", "F5",
+    "aborts", "compensations", "irreversible_calls", "sends", "none",
+]
+
+
 class TableModel(_Strict):
     name: str
     metric: str
@@ -124,12 +139,7 @@ class TableModel(_Strict):
     rows: str = "mode"
     title: str = ""
     method: Literal["clopper-pearson", "wilson"] = "clopper-pearson"
-    # What must have occurred in a cell for it to be a result (else "n/a (not exercised)");
-    # None: the default rule of harness.report.is_exercised.
-    requires: Literal[
-        "faults", "F1", "F2", "F3", "F4", "F5",
-        "aborts", "compensations", "irreversible_calls", "sends", "none",
-    ] | None = None
+    requires: Requires | None = None
 
     @field_validator("name")
     @classmethod
@@ -155,6 +165,73 @@ class ReportModel(_Strict):
     main: str | None = None  # the table printed in the terminal; default: the first
 
 
+#: How a paper column is measured on our trials (see configs/README.md, `paper`).
+PAPER_STATS: tuple[str, ...] = ("proportion", "mean", "per_1000", "count", "trials")
+
+
+class PaperRowModel(_Strict):
+    """One paper row as our trials: a mode (omitted: the config's only mode) and the cell
+    parameters (labels or dotted keys, values as the config gives them) that select cells."""
+
+    mode: str | None = None
+    cell: dict[str, Any] = {}
+
+
+class PaperColumnModel(_Strict):
+    """One paper column as a statistic of a metric over the selected trials, or (`of` and
+    `part`) a part of another column of the table (its interval bound or count), shown with
+    it and never judged on its own. Guarantees: exactly one of the two forms."""
+
+    metric: str | None = None
+    stat: Literal["proportion", "mean", "per_1000", "count", "trials"] | None = None
+    cell: dict[str, Any] = {}
+    scale: float = Field(1.0, gt=0, le=1e6)
+    zero: bool = False
+    requires: Requires | None = None
+    of: str | None = None
+    part: Literal["lower", "upper", "half-width", "count"] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> PaperColumnModel:
+        if self.of is not None or self.part is not None:
+            # By value, not by fields set: a dumped and re-validated config sets them all.
+            extra = sorted(
+                name
+                for name, info in type(self).model_fields.items()
+                if name not in ("of", "part") and getattr(self, name) != info.default
+            )
+            if self.of is None or self.part is None:
+                raise ValueError("`of` and `part` go together (e.g. of: Leak rate, part: lower)")
+            if extra:
+                raise ValueError(f"a part of another column takes only `of` and `part`, not {extra}")
+            return self
+        if self.metric is None or self.stat is None:
+            raise ValueError(
+                f"a column needs `metric` and `stat` (one of {', '.join(PAPER_STATS)}), "
+                "or `of` and `part`"
+            )
+        if self.zero and self.stat not in ("proportion", "count"):
+            raise ValueError("`zero` (count trials whose metric is 0) needs stat proportion or count")
+        if self.scale != 1.0 and self.stat != "mean":
+            raise ValueError("`scale` applies to stat mean only")
+        return self
+
+
+class PaperTableModel(_Strict):
+    """How this config's trials reproduce one of the paper's result tables: paper row label
+    -> our mode (and cells), paper column label -> statistic of our trials, and why the
+    cells it leaves out cannot be compared. `variant` (non-empty) marks a labelled variant
+    of the table's protocol, shown beside the primary reproduction and never instead of it.
+    Checked against harness/paper_cells.csv when the config is loaded (`paper_problems`)."""
+
+    table: int
+    variant: str = ""
+    rows: dict[str, str | PaperRowModel | list[PaperRowModel]] = {}
+    columns: dict[str, PaperColumnModel] = {}
+    requires: Requires | None = None
+    unmapped: dict[str, str] = {}
+
+
 class ExperimentConfig(_Strict):
     """One experiment. See configs/README.md for every key."""
 
@@ -175,6 +252,7 @@ class ExperimentConfig(_Strict):
     agent: AgentConfig = AgentConfig()
     tool: ToolModel = ToolModel()
     report: ReportModel = ReportModel()
+    paper: list[PaperTableModel] = []
 
     @field_validator("name")
     @classmethod
@@ -386,7 +464,17 @@ def load_config(
     base = data.get("grid")
     if grid and (base is None or isinstance(base, dict)):  # a broken grid is left to validation
         data["grid"] = {**(base or {}), **grid}
-    return validate_config(data, path, limits)
+    config = validate_config(data, path, limits)
+    # An override of the modes or cells (`--modes`, `sweep --set`) may drop what the paper
+    # section maps; that is a narrower run, not a broken file, so only the file's own
+    # mapping against the paper's cells is checked then.
+    reshaped = bool(grid) or any(
+        k.split(".")[0] in ("modes", "grid", "cells", "labels") for k in overrides or {}
+    )
+    problems = paper_problems(config, against_config=not reshaped)
+    if problems:
+        raise ConfigError(path, problems)
+    return config
 
 
 def _similar_file(path: Path) -> str:
@@ -620,5 +708,160 @@ def config_difference(stored: Any, now: Any, at: str = "") -> str | None:
 
 
 def config_hash(config: ExperimentConfig) -> str:
-    blob = json.dumps(config.model_dump(mode="json"), sort_keys=True).encode()
+    # `paper` says how runs compare with the paper, not what they run: editing it must not
+    # orphan a run's records.
+    blob = json.dumps(config.model_dump(mode="json", exclude={"paper"}), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _ranges(numbers: Iterable[int]) -> str:
+    """`1-3, 5-21` for [1, 2, 3, 5, ..., 21]."""
+    spans: list[list[int]] = []
+    for n in sorted(numbers):
+        if spans and spans[-1][1] == n - 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
+
+
+def _cell_values(config: ExperimentConfig) -> tuple[dict[str, list[Any]], dict[str, str]]:
+    """(label -> the values its cells give it, dotted key or label -> label)."""
+    values: dict[str, list[Any]] = {}
+    names: dict[str, str] = {}
+    for cell in expand_cells(config):
+        for key, value in cell.items():
+            label = cell_label(config, key)
+            names[key] = names[label] = label
+            seen = values.setdefault(label, [])
+            if not any(_same_value(v, value) for v in seen):
+                seen.append(value)
+    return values, names
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _selection_problems(
+    config: ExperimentConfig, selection: Mapping[str, Any], where: str
+) -> list[str]:
+    values, names = _cell_values(config)
+    problems = []
+    for key, value in selection.items():
+        label = names.get(key)
+        if label is None:
+            allowed = sorted(values)
+            hint = did_you_mean(key, allowed)
+            problems.append(
+                f"{where}.cell.{key}: not a cell parameter of this config{hint}; allowed: {allowed}"
+            )
+        elif not any(_same_value(v, value) for v in values[label]):
+            problems.append(
+                f"{where}.cell.{key}: {value!r} is not a value of {label} in this config; "
+                f"its values: {values[label]}"
+            )
+    return problems
+
+
+def paper_problems(config: ExperimentConfig, against_config: bool = True) -> list[str]:
+    """What is wrong with the `paper` section, one line per problem naming its key ([] if
+    nothing): tables, rows and columns must be the paper's (harness/paper_cells.csv), a
+    column that is a part of another (`... / 95% CI lower`) is not mapped on its own, `of`
+    names a mapped column, `unmapped` names rows or columns that are not mapped, and a
+    `count` needs the paper's N. With `against_config`, the modes and cell parameters the
+    section names must also be this config's (skipped for a run whose modes or cells an
+    override narrowed)."""
+    from harness.paper import cells_by_table, split_part
+
+    by_table = cells_by_table()
+    problems: list[str] = []
+    seen: dict[tuple[int, bool], int] = {}
+    for i, entry in enumerate(config.paper):
+        at = f"paper.{i}"
+        cells = by_table.get(entry.table)
+        if cells is None:
+            hint = did_you_mean(str(entry.table), [str(t) for t in by_table])
+            problems.append(
+                f"{at}.table: {entry.table} is not a result table of the paper{hint}; "
+                f"allowed: {_ranges(by_table)}"
+            )
+            continue
+        key = (entry.table, bool(entry.variant))
+        if key in seen:
+            problems.append(
+                f"{at}.table: Table {entry.table} is mapped twice here (also paper.{seen[key]}); "
+                "put its rows and columns in one entry"
+            )
+        seen.setdefault(key, i)
+        rows = list(dict.fromkeys(c.row for c in cells))
+        columns = list(dict.fromkeys(c.column for c in cells))
+        # Table 16 prints one row label for several rows (one per cf_p).
+        repeats = {
+            r: max(sum(1 for c in cells if c.row == r and c.column == col) for col in columns)
+            for r in rows
+        }
+        for label, target in entry.rows.items():
+            where = f"{at}.rows.{label}"
+            if label not in rows:
+                problems.append(
+                    f"{where}: not a row of Table {entry.table}{did_you_mean(label, rows)}; "
+                    f"its rows: {rows}"
+                )
+                continue
+            targets = target if isinstance(target, list) else [target]
+            if isinstance(target, list) and not 1 <= len(target) <= repeats[label]:
+                problems.append(
+                    f"{where}: Table {entry.table} prints row {label!r} {repeats[label]} time(s); "
+                    f"give 1 to {repeats[label]} targets, in the paper's order (got {len(target)})"
+                )
+            if not against_config:
+                continue
+            for j, tg in enumerate(targets):
+                here = f"{where}.{j}" if isinstance(target, list) else where
+                mode = tg if isinstance(tg, str) else tg.mode
+                if mode is None and len(config.modes) != 1:
+                    problems.append(f"{here}.mode: required, the config runs {len(config.modes)} modes")
+                elif mode is not None and mode not in config.modes:
+                    hint = did_you_mean(mode, config.modes)
+                    problems.append(
+                        f"{here}: mode {mode!r} is not run by this config{hint}; its modes: "
+                        f"{', '.join(config.modes)}"
+                    )
+                if isinstance(tg, PaperRowModel):
+                    problems += _selection_problems(config, tg.cell, here)
+        for label, column in entry.columns.items():
+            where = f"{at}.columns.{label}"
+            if label not in columns:
+                problems.append(
+                    f"{where}: not a column of Table {entry.table}{did_you_mean(label, columns)}; "
+                    f"its columns: {columns}"
+                )
+                continue
+            base, part = split_part(label)
+            if part is not None and base in columns:
+                problems.append(
+                    f"{where}: the {part} of column {base!r}, shown with it; map {base!r} instead"
+                )
+            if column.of is not None:
+                target = entry.columns.get(column.of)
+                if target is None or target.of is not None:
+                    problems.append(
+                        f"{where}.of: {column.of!r} is not a column this entry maps with a metric"
+                    )
+                continue
+            if column.stat == "count" and any(c.n is None for c in cells if c.column == label):
+                problems.append(
+                    f"{where}.stat: count needs the paper's N, which Table {entry.table} does not "
+                    "state for this column; use proportion, or leave the column unmapped"
+                )
+            if against_config:
+                problems += _selection_problems(config, column.cell, where)
+        for label in entry.unmapped:
+            where = f"{at}.unmapped.{label}"
+            if label not in rows and label not in columns:
+                hint = did_you_mean(label, [*rows, *columns])
+                problems.append(f"{where}: not a row or column of Table {entry.table}{hint}")
+            elif label in entry.rows or label in entry.columns:
+                problems.append(f"{where}: is mapped too; a label is mapped or unmapped, not both")
+    return problems

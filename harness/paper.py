@@ -32,15 +32,36 @@ What the loader guarantees (and ``tests/test_paper_cells.py`` checks):
 from __future__ import annotations
 
 import csv
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CELLS_PATH", "PaperCell", "load_cells", "parse_number", "tables"]
+__all__ = [
+    "CELLS_PATH",
+    "PARTS",
+    "PaperCell",
+    "cells_by_table",
+    "half_unit",
+    "load_cells",
+    "parse_number",
+    "split_part",
+    "tables",
+]
 
 #: The data file, next to this module.
 CELLS_PATH = Path(__file__).with_name("paper_cells.csv")
 
 _STRIP = str.maketrans("", "", "%×±~, ")
+
+#: Column suffixes that the split of a composite cell gives (see above): such a column is a
+#: part of the column before the suffix (its interval bound, half-width or count), not a
+#: result of its own.
+PARTS: dict[str, str] = {
+    " / 95% CI lower": "lower",
+    " / 95% CI upper": "upper",
+    " / 95% CI half-width": "half-width",
+    " / count": "count",
+}
 
 
 def parse_number(value: str) -> float:
@@ -87,3 +108,28 @@ def tables(path: Path | None = None) -> dict[int, str]:
     for cell in load_cells(path):
         out.setdefault(cell.table, cell.caption)
     return dict(sorted(out.items()))
+
+
+@functools.lru_cache(maxsize=1)
+def cells_by_table() -> dict[int, tuple[PaperCell, ...]]:
+    """The cells of ``CELLS_PATH`` grouped by table (file order kept); read once."""
+    out: dict[int, list[PaperCell]] = {}
+    for cell in load_cells():
+        out.setdefault(cell.table, []).append(cell)
+    return {t: tuple(cells) for t, cells in sorted(out.items())}
+
+
+def split_part(column: str) -> tuple[str, str | None]:
+    """``("τ-bench (fp=0, N=10)", "lower")`` for ``"τ-bench (fp=0, N=10) / 95% CI lower"``;
+    ``(column, None)`` for a column that is not a part of another (see ``PARTS``)."""
+    for suffix, part in PARTS.items():
+        if column.endswith(suffix):
+            return column[: -len(suffix)], part
+    return column, None
+
+
+def half_unit(value: str) -> float:
+    """Half a unit of the last digit ``value`` prints: the rounding a printed number hides
+    (``"73"`` -> 0.5, ``"0.74"`` -> 0.005, ``"1,163.2"`` -> 0.05)."""
+    digits = value.strip().rstrip("%").split(".")
+    return 0.5 * 10.0 ** -(len(digits[1]) if len(digits) == 2 else 0)
