@@ -1,10 +1,10 @@
 """The `atomix` command: run experiments, sweep parameters, rebuild reports, compare modes.
 
 Every command is a thin wrapper over `harness.config`, `harness.runner` and
-`harness.reporting`. Exit codes: 0 success, 1 the disk refused a write (full, read-only; the
-run stays resumable), 2 a bad config / bad option / unusable or locked run directory
-(nothing is written), 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM (finished trials
-are kept).
+`harness.reporting`. Exit codes: 0 success, 1 the disk refused a write (full, read-only) or a
+dask cluster was lost mid-run (the run stays resumable), 2 a bad config / bad option /
+unusable or locked run directory (nothing is written), 130 interrupted by SIGINT (Ctrl-C),
+143 by SIGTERM (finished trials are kept).
 """
 
 from __future__ import annotations
@@ -156,6 +156,25 @@ Limit = Annotated[
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bar or lines, no time estimate.")
 ]
+ExecutorChoice = Annotated[
+    str,
+    typer.Option(
+        "--executor",
+        metavar="local|dask",
+        help="Where trials run: local (this machine, --jobs worker processes) or dask (a "
+        "dask.distributed cluster: the one at --scheduler, else a LocalCluster of --jobs "
+        "workers; needs pip install '.\\[dask]').",  # rich markup: \\[ is a literal [
+    ),
+]
+Scheduler = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="With --executor dask: the scheduler to send trials to, e.g. tcp://HOST:8786 "
+        "(started with `dask scheduler`; each machine runs `dask worker tcp://HOST:8786`).",
+    ),
+]
 
 
 class DamagedChoice(StrEnum):
@@ -270,6 +289,29 @@ def _check_set_key(item: str, key: str, labels: Any = ()) -> None:
     if "did you mean" not in problem:
         problem += did_you_mean(key, list(labels))
     raise typer.BadParameter(f"{item!r}: {problem}", param_hint="--set")
+
+
+def _check_executor(executor: str, scheduler: str | None, jobs: int | None) -> None:
+    """`--executor`/`--scheduler` checked before anything runs, blaming the flag."""
+    from harness.executors import EXECUTORS, executor_problem
+
+    if executor not in EXECUTORS:
+        raise typer.BadParameter(str(executor_problem(executor)), param_hint="--executor")
+    problem = executor_problem(executor, scheduler)
+    if problem is not None:
+        raise typer.BadParameter(f"{problem}: add --executor dask", param_hint="--scheduler")
+    if scheduler is not None and jobs is not None:
+        raise typer.BadParameter(
+            "--jobs sets the worker processes on this machine; with --scheduler the "
+            "cluster's workers run the trials (start more with `dask worker`)",
+            param_hint="--jobs",
+        )
+
+
+def _executor_args(executor: str, scheduler: str | None) -> list[str]:
+    """The executor options as given, for the command that resumes an interrupted run."""
+    args = ["--executor", executor] if executor != "local" else []
+    return args + (["--scheduler", scheduler] if scheduler is not None else [])
 
 
 def _override_args(trials: int | None, seed: int | None, modes: str | None) -> list[str]:
@@ -462,7 +504,11 @@ class _Watch:
         ):
             self.estimated = True
             if left > ESTIMATE_OVER_S:
-                workers = f"{self.jobs} worker{'s' if self.jobs != 1 else ''}"
+                workers = (
+                    f"{self.jobs} worker{'s' if self.jobs != 1 else ''}"
+                    if self.jobs
+                    else "the dask cluster"  # its workers are not ours to count
+                )
                 todo = total - self.first
                 self.say(
                     f"{todo:,} trials, about {_duration(todo / rate)} at ~{rate:,.0f} trials/s "
@@ -523,6 +569,8 @@ def _run_with_progress(
     damaged: str = "rerun",
     limit: int | None = None,
     quiet: bool = False,
+    executor: str = "local",
+    scheduler: str | None = None,
 ) -> RunResult:
     """Run with a rich bar on a terminal, plain progress lines otherwise, none if quiet."""
     terminal = sys.stderr.isatty()
@@ -534,7 +582,11 @@ def _run_with_progress(
             console.print(Text(text, style=style or ""), soft_wrap=True)
 
         watch = _Watch(
-            config.name or "run", jobs, say, lines=not terminal and not quiet, estimate=not quiet
+            config.name or "run",
+            0 if scheduler is not None else jobs,
+            say,
+            lines=not terminal and not quiet,
+            estimate=not quiet,
         )
 
         def progress(done: int, total: int, record: dict[str, Any] | None) -> None:
@@ -558,6 +610,8 @@ def _run_with_progress(
             damaged=damaged,
             notice=lambda text: say(text, "yellow"),
             limit=limit,
+            executor=executor,
+            scheduler=scheduler,
         )
 
 
@@ -652,9 +706,12 @@ def _execute(
     damaged: str = "rerun",
     limit: int | None = None,
     quiet: bool = False,
+    executor: str = "local",
+    scheduler: str | None = None,
 ) -> None:
-    """Run (or resume), then report; on SIGINT/SIGTERM or a disk error print one line with
-    the command that resumes the run."""
+    """Run (or resume), then report; on SIGINT/SIGTERM, a disk error or a lost cluster print
+    one line with the command that resumes the run."""
+    from harness.executors import ExecutorLost
     from harness.interrupts import exit_code, set_note
     from harness.rundir import RunIOError
 
@@ -669,11 +726,13 @@ def _execute(
 
     try:
         result = _run_with_progress(
-            config, out, jobs or _jobs_default(), resume, started, damaged, limit, quiet
+            config, out, jobs or _jobs_default(), resume, started, damaged, limit, quiet,
+            executor, scheduler,
         )
-    except RunIOError as exc:
+    except (RunIOError, ExecutorLost) as exc:
         run_dir = started[0] if started else resume
-        hint = f"; the run is kept: once the disk is usable, resume with: {again(run_dir)}"
+        once = "the disk is usable" if isinstance(exc, RunIOError) else "the cluster is back"
+        hint = f"; the run is kept: once {once}, resume with: {again(run_dir)}"
         _fail(f"{exc}{hint if run_dir is not None else ''}", EXIT_DISK)
     except RunError as exc:
         _fail(str(exc))
@@ -756,10 +815,13 @@ def run(
     max_trials: MaxTrials = None,
     limit: Limit = None,
     quiet: Quiet = False,
+    executor: ExecutorChoice = "local",
+    scheduler: Scheduler = None,
 ) -> None:
     """Run an experiment (every cell x trial x mode), then write and print its report.
 
     `atomix run --resume RUN_DIR` resumes a run from the config stored in it."""
+    _check_executor(executor, scheduler, jobs)
     overrides = _overrides(trials, seed, modes)
     if config is None and resume is not None and set_:
         from harness.rundir import read_manifest
@@ -774,8 +836,13 @@ def run(
     overrides.update(extra)
     cfg = _resolve(config, resume, overrides, pinned or None, _limits(max_cells, max_trials))
     sets = [arg for item in set_ or [] for arg in ("--set", item)]
-    args = ["run", *sets, *_override_args(trials, seed, modes), *_limit_args(max_cells, max_trials)]
-    _execute(args, config, cfg, jobs, out, resume, damaged.value, limit, quiet)
+    args = [
+        "run", *sets, *_override_args(trials, seed, modes), *_limit_args(max_cells, max_trials),
+        *_executor_args(executor, scheduler),
+    ]
+    _execute(
+        args, config, cfg, jobs, out, resume, damaged.value, limit, quiet, executor, scheduler
+    )
 
 
 @app.command(
@@ -802,6 +869,8 @@ def sweep(
     max_trials: MaxTrials = None,
     limit: Limit = None,
     quiet: Quiet = False,
+    executor: ExecutorChoice = "local",
+    scheduler: Scheduler = None,
 ) -> None:
     """Run a config over extra grid keys: one run directory holding every cell.
 
@@ -811,12 +880,18 @@ def sweep(
             "at least one KEY=V1,V2,... is needed (e.g. --set faults.rate=0,0.1)",
             param_hint="--set",
         )
+    _check_executor(executor, scheduler, jobs)
     grid = _parse_sets(set_ or [])
     overrides = _overrides(trials, seed, modes)
     cfg = _resolve(config, resume, overrides, grid or None, _limits(max_cells, max_trials))
     sets = [arg for item in set_ or [] for arg in ("--set", item)]
-    args = ["sweep", *sets, *_override_args(trials, seed, modes), *_limit_args(max_cells, max_trials)]
-    _execute(args, config, cfg, jobs, out, resume, damaged.value, limit, quiet)
+    args = [
+        "sweep", *sets, *_override_args(trials, seed, modes), *_limit_args(max_cells, max_trials),
+        *_executor_args(executor, scheduler),
+    ]
+    _execute(
+        args, config, cfg, jobs, out, resume, damaged.value, limit, quiet, executor, scheduler
+    )
 
 
 @app.command(

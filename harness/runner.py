@@ -9,18 +9,18 @@ are missing, so nothing is duplicated or lost.
 
 One process owns a run directory at a time (`harness.rundir.RunLock`); SIGINT/SIGTERM
 become `harness.interrupts.Interrupted` and leave the run `interrupted` and resumable.
+Where the trials run (this machine, a dask cluster) is the executor's business
+(`harness.executors`): it yields records, this module alone writes them.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-import multiprocessing
 import os
-import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,13 +37,13 @@ from harness.config import (
     expand_cells,
 )
 from harness.errors import RunError  # defined there (cheap to import); used here
+from harness.executors import DEFAULT_EXECUTOR, Executor, ExecutorOptions, open_executor
 from harness.interrupts import SignalGuard
 from harness.rundir import (
     MANIFEST,
     TRIALS,
     RunIOError,
     RunLock,
-    close_inherited_locks,
     damaged_summary,
     foreign_message,
     io_error,
@@ -166,48 +166,6 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return scan_records(path).records
 
 
-def _worker(spec: TrialSpec) -> dict[str, Any]:
-    return run_trial(spec)
-
-
-def _die_with_parent() -> None:
-    # A worker must not outlive a killed parent: it would run on and, on some systems, keep
-    # inherited descriptors open. Linux can signal it when the parent goes.
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _worker_init(parent: int) -> None:
-    # Ctrl-C reaches the whole process group: the parent alone handles it (it marks the run
-    # interrupted and stops the pool), so workers ignore SIGINT and die quietly on the SIGTERM
-    # of Pool.terminate() instead of inheriting the parent's handlers.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with_parent()
-    if os.getppid() != parent:
-        os._exit(0)  # the parent died before PR_SET_PDEATHSIG was set
-    close_inherited_locks()
-
-
-def _results(specs: list[TrialSpec], jobs: int) -> Iterator[dict[str, Any]]:
-    if jobs <= 1 or len(specs) <= 1:
-        for spec in specs:
-            yield run_trial(spec)
-        return
-    ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    # The with-block's exit terminates the pool: on an interrupt the caller closes this
-    # generator, so workers are stopped before the manifest is marked interrupted.
-    with ctx.Pool(jobs, initializer=_worker_init, initargs=(os.getpid(),)) as pool:
-        # Chunks keep a trial's modes together, so a worker reuses that trial's goal state.
-        chunk = max(1, min(16, len(specs) // (jobs * 8) or 1))
-        yield from pool.imap_unordered(_worker, specs, chunksize=chunk)
-
-
 #: os.write, through a name tests can replace to inject ENOSPC.
 _write = os.write
 
@@ -314,6 +272,8 @@ def run(
     damaged: str = "rerun",
     notice: Callable[[str], None] | None = None,
     limit: int | None = None,
+    executor: str = DEFAULT_EXECUTOR,
+    scheduler: str | None = None,
 ) -> RunResult:
     """Run (or resume) an experiment and return where its records are.
 
@@ -332,6 +292,13 @@ def run(
     `limit` runs only trials 0..limit-1 of every cell and mode (see `plan`); the manifest
     records it (`limit`) and plans only those trials. Resuming without it plans, and runs,
     the rest.
+
+    `executor` names where trials run (`harness.executors.EXECUTORS`: "local", "dask"),
+    `scheduler` the dask scheduler address (None: a LocalCluster of `jobs` workers). The
+    executor is opened before the run directory, so an unknown name, a scheduler that
+    cannot be reached or a missing dask install (RunError) leaves nothing behind. Records
+    are the same whichever executor ran them, apart from `timings`; with more than one
+    worker they are written in the order they finish.
     """
     if damaged not in DAMAGED_CHOICES:
         raise ValueError(f"damaged must be one of {DAMAGED_CHOICES}, got {damaged!r}")
@@ -339,8 +306,11 @@ def run(
     digest = config_hash(config)
     name = config.name or "experiment"
     opened: tuple[Path, RunLock, dict[str, Any]] | None = None
+    engine: Executor | None = None
     with SignalGuard() as guard:
         try:
+            options = ExecutorOptions(jobs=jobs, scheduler=scheduler, trial=run_trial)
+            engine = open_executor(executor, options)
             # A signal is held until the directory has its lock and manifest and the caller
             # knows where it is: in between it would leave a directory nobody can resume.
             with guard.critical():
@@ -349,8 +319,8 @@ def run(
                     on_start(opened[0])
             run_dir, _, manifest = opened
             return _run_locked(
-                specs, digest, name, run_dir, manifest, jobs, resume, progress, damaged, notice,
-                limit, {s.key for s in plan(config)} if limit is not None else None,
+                specs, digest, name, run_dir, manifest, engine, resume, progress, damaged,
+                notice, limit, {s.key for s in plan(config)} if limit is not None else None,
             )
         except BaseException:
             if opened is not None and opened[2].get("status") == "running":
@@ -361,6 +331,8 @@ def run(
                     pass  # the free lock tells the next reader it was interrupted
             raise
         finally:
+            if engine is not None:
+                engine.close()
             if opened is not None:
                 opened[1].release()
 
@@ -371,7 +343,7 @@ def _run_locked(
     name: str,
     run_dir: Path,
     manifest: dict[str, Any],
-    jobs: int,
+    engine: Executor,
     resume: Path | None,
     progress: Callable[[int, int, dict[str, Any] | None], None] | None,
     damaged: str,
@@ -424,7 +396,7 @@ def _run_locked(
         progress(len(done), len(specs), None)
     fh = _RecordsFile(records_path)
     try:
-        with closing(_results(todo, jobs)) as results:
+        with closing(engine.results(todo)) as results:
             for record in results:
                 record["config_hash"] = digest
                 fh.append(record)
