@@ -44,6 +44,9 @@ class Task:
 
     `footprint` declares scopes the plan may touch beyond what its static steps show (steps
     whose arguments depend on earlier results); lock-up-front mechanisms use it.
+
+    `ticket` is the request in words, for an agent that plans by itself (`agent.kind: llm`);
+    None when the task is only its gold plan.
     """
 
     task_id: str
@@ -52,6 +55,7 @@ class Task:
     footprint: tuple[str, ...] = ()
     abort_source: AbortSource | None = None
     validate: tuple[int, ...] = ()
+    ticket: str | None = None
 
 
 def declared_scopes(task: Task, tools: Mapping[str, ToolDef], env: TrialEnv) -> list[str]:

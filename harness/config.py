@@ -30,8 +30,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -253,6 +255,17 @@ class ExperimentConfig(_Strict):
     tool: ToolModel = ToolModel()
     report: ReportModel = ReportModel()
     paper: list[PaperTableModel] = []
+    # Trial stores on disk and fsynced (harness.substrates.TrialEnv); false: RAM, no fsync.
+    durable: bool = False
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        # Left out while false, so configs from before the key keep their hash (and their
+        # runs stay resumable); true is dumped, hashed and stored like any other key.
+        if not self.durable:
+            data.pop("durable", None)
+        return data
 
     @field_validator("name")
     @classmethod

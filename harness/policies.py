@@ -11,17 +11,29 @@ the injected fault's class (only the oracle does).
 - `llm-like` is a seeded stochastic model of how LLM agents act after an error, a time-out or
   a refusal: retry the same call, retry with changed arguments, carry on as if it had
   succeeded, re-plan from an earlier step, or give up and answer.
+- `llm` is no policy of this module: a real model decides every call and every reaction
+  (`harness.llm_agent`); `AgentConfig` holds its endpoint and sampling keys.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from atomix.effects import AbortSource
 
@@ -157,7 +169,7 @@ class AgentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["gold", "llm-like"] = "gold"
+    kind: Literal["gold", "llm-like", "llm"] = "gold"
     # tau2 counts tool calls per task; the paper runs GPT-4.1 with max_steps=30 (Table 6).
     # None: no budget (the gold agent's historical behaviour).
     max_steps: int | None = Field(None, ge=1, le=10_000)
@@ -176,6 +188,25 @@ class AgentConfig(BaseModel):
     give_up: float = 0.10
     # Assumption: a re-plan goes back at most this many steps (re-reading what it needs).
     replan_depth: int = Field(3, ge=1, le=100)
+    # kind llm (harness/llm_agent.py): a model behind an OpenAI-compatible endpoint. These
+    # keys stay out of a dump while unused, so configs of the other kinds hash as before.
+    model: str | None = Field(None, min_length=1, max_length=256)  # as the server names it
+    base_url: str | None = None  # e.g. http://127.0.0.1:8080/v1
+    # The environment variable holding the API key; unset (or the variable missing): a
+    # dummy key, which local servers accept.
+    api_key_env: str | None = None
+    temperature: float = Field(0.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)  # sent when set
+    max_tokens: int | None = Field(None, ge=1, le=1_000_000)  # per completion; None: server's
+    tool_choice: Literal["auto", "required", "none"] = "auto"
+    system_prompt: Literal["tau2", "short"] = "tau2"
+    # How tool results are sent: as `tool` messages (the OpenAI API), or as `user` messages
+    # naming the call, for chat templates that drop tool messages (llama.cpp's
+    # chatml-function-calling renders no tool role). The record keeps tool messages either way.
+    tool_result_role: Literal["tool", "user"] = "tool"
+    # Completions cached by request hash; None: $XDG_CACHE_HOME/atomix/llm (~/.cache/...).
+    cache_dir: str | None = Field(None, min_length=1, max_length=4096)
+    request_timeout_s: float = Field(600.0, gt=0.0, le=86_400.0, allow_inf_nan=False)
 
     @field_validator("retry", "alter", "carry_on", "replan", "give_up")
     @classmethod
@@ -197,6 +228,62 @@ class AgentConfig(BaseModel):
             if not (isinstance(n, int) and 0 <= n <= 20):
                 raise ValueError(f"{mode}: wrapper retries must be an integer in [0, 20], got {n!r}")
         return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            parts = urlsplit(v)
+        except ValueError as exc:
+            raise ValueError(f"not a URL ({exc}); e.g. http://127.0.0.1:8080/v1") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in v):
+            raise ValueError(
+                f"must be an http:// or https:// URL of an OpenAI-compatible API, got {v!r}; "
+                "e.g. http://127.0.0.1:8080/v1"
+            )
+        return v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", v):
+            raise ValueError(
+                f"must name an environment variable (letters, digits, _), e.g. OPENAI_API_KEY, got {v!r}"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _llm_needs(self) -> AgentConfig:
+        if self.kind != "llm":
+            return self
+        missing = [k for k in ("model", "base_url", "max_steps") if getattr(self, k) is None]
+        if missing:
+            raise ValueError(
+                "kind llm needs " + ", ".join(f"agent.{k}" for k in missing)
+                + " (the model as the server names it, the server's URL such as "
+                "http://127.0.0.1:8080/v1, and a step budget: tau2 and the paper use 30)"
+            )
+        try:
+            import openai  # noqa: F401 - only whether it can be imported
+        except ImportError:
+            raise ValueError(
+                "kind llm needs the openai package, which is not installed: pip install '.[llm]'"
+            ) from None
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if self.kind != "llm":
+            # Unused llm keys at their defaults are left out: the dump (and so the config
+            # hash and the manifest) of a gold or llm-like config is what it was before.
+            fields = type(self).model_fields
+            for key in LLM_KEYS:
+                if key in data and getattr(self, key) == fields[key].default:
+                    del data[key]
+        return data
 
     @model_validator(mode="after")
     def _some_weight(self) -> AgentConfig:
@@ -224,6 +311,12 @@ def _llm_like(config: AgentConfig, mode: str, step_retries: int, tool_errors_fat
 
 
 POLICIES: dict[str, Any] = {"gold": _gold, "llm-like": _llm_like}
+
+# Keys only kind llm reads (see AgentConfig._dump).
+LLM_KEYS = (
+    "model", "base_url", "api_key_env", "temperature", "seed", "max_tokens", "tool_choice",
+    "system_prompt", "tool_result_role", "cache_dir", "request_timeout_s",
+)
 
 
 def make_policy(config: AgentConfig, mode: str, *, step_retries: int, tool_errors_fatal: bool) -> Policy:

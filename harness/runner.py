@@ -107,6 +107,7 @@ def plan(config: ExperimentConfig, limit: int | None = None) -> list[TrialSpec]:
                         jitter_ms=cfg.tool.jitter_ms,
                         params=cfg.params,
                         agent=cfg.agent,
+                        durable=cfg.durable,
                     )
                 )
     return specs

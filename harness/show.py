@@ -163,6 +163,21 @@ def render(replay_: Replay) -> list[str]:
         reactions = agent.get("reactions") or []
         if reactions:
             out.append(f"     reactions: {', '.join(map(str, reactions))}")
+        llm = agent.get("llm")
+        if llm:  # a model's conversation: what it called, and what became of each call
+            usage = llm.get("usage", {})
+            out.append(
+                f"     model: {usage.get('requests')} request(s), {usage.get('prompt_tokens')} "
+                f"prompt + {usage.get('completion_tokens')} completion tokens; stopped: {llm.get('stop')}"
+            )
+            for call in llm.get("tool_calls", []):
+                args = json.dumps(call.get("arguments"), ensure_ascii=False)
+                args = args if len(args) <= 80 else args[:77] + "..."
+                out.append(f"     call {call.get('name')}({args}) -> {call.get('outcome')}")
+            answer = next((m.get("content") for m in reversed((llm.get("conversations") or [[]])[-1])
+                           if m.get("role") == "assistant" and not m.get("tool_calls")), None)
+            if answer:
+                out.append(f"     answer: {answer.strip()[:200]}")
     metrics = record.get("metrics", {})
     out += ["", "oracle: " + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(metrics.items()))]
     diff = replay_.differences

@@ -1,15 +1,26 @@
 """The real substrates of one trial, each with its own ground-truth reader.
 
-Every trial gets a fresh temporary directory holding a directory of real files, a SQLite
-database file and an append-only mailbox file, plus an in-memory buffer; all of them write
-every real mutation to one operation log below the mechanisms under test.
+Every trial gets a fresh temporary directory holding a directory of real files and an
+append-only mailbox file, a SQLite database and an in-memory buffer; all of them write every
+real mutation to one operation log below the mechanisms under test.
+
+A trial's stores are throwaway: nothing reads them after the trial, and no experiment here
+crashes the machine under them. So by default (`durable=False`) the directory is on a RAM-backed
+file system when the machine has one (/dev/shm), the file store skips its fsyncs and SQLite
+runs in memory: the same code paths and the same records, without a disk in the loop. A
+config with `durable: true` puts them on disk, written as a production deployment would
+(fsync per file write, SQLite `synchronous=FULL`). The crash and kill tests use the adapters
+on real directories of their own, not these trial stores.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import os
 import shutil
+import sqlite3
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -17,7 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from atomix.adapters import FileStore, MailboxSink, OpLog, SQLiteStore
-from atomix.scopes import named_scope
+from atomix.adapters.sqlite import APPLIED_TABLE
+from atomix.scopes import Scope, named_scope
+
+#: RAM-backed file systems tried, in order, for throwaway trial directories.
+RAM_DIRS = (Path("/dev/shm"),)
 
 
 class BufferStore:
@@ -68,15 +83,64 @@ class BufferStore:
             return copy.deepcopy(self._data)
 
 
+class MemorySQLiteStore(SQLiteStore):
+    """A `SQLiteStore` whose database lives in this process's memory, not in a file.
+
+    Same tables, transactions, applied-key table, op log and scopes as a `SQLiteStore` at
+    `path` (the path only names the database in scopes; no file is created): every guarantee
+    of `SQLiteStore` holds except surviving the process. For throwaway trial databases.
+    """
+
+    def __init__(self, path: Path | str, *, oplog: OpLog | None = None) -> None:
+        # SQLiteStore.__init__ opens `path` itself; this mirrors its state on ":memory:"
+        # (tests/test_retail_cow.py holds both to the same guarantees).
+        self._path = Path(path).absolute()
+        self._oplog = oplog
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {APPLIED_TABLE} ("
+            "key TEXT PRIMARY KEY, tbl TEXT NOT NULL, k TEXT NOT NULL, kind TEXT NOT NULL)"
+        )
+        self._tables: set[str] = set()
+        self._scopes: dict[tuple[str, type, Any], Scope] = {}
+
+    def scope_object(self, table: str, k: Any = None) -> Scope:
+        # A scope is a function of (path, table, key) alone, and `sqlite_scope` resolves the
+        # path through the file system on every call; here each one is built once.
+        key = (table, type(k), k)
+        try:
+            return self._scopes[key]
+        except KeyError:
+            scope = self._scopes[key] = super().scope_object(table, k)
+            return scope
+        except TypeError:  # an unhashable key: the store's own error
+            return super().scope_object(table, k)
+
+
+@functools.lru_cache(maxsize=1)
+def ram_dir() -> Path | None:
+    """A writable RAM-backed directory for throwaway trial directories, or None if none."""
+    for candidate in RAM_DIRS:
+        if candidate.is_dir() and os.access(candidate, os.W_OK | os.X_OK):
+            return candidate
+    return None
+
+
 class TrialEnv:
     """One trial's substrates in a fresh directory; `snapshot()` reads the ground truth.
 
-    The file, SQLite and mailbox substrates are created on first use, so a workload that
-    never touches one pays nothing for it; an untouched substrate reads as empty.
+    The directory and the file, SQLite and mailbox substrates are created on first use, so a
+    workload that never touches one pays nothing for it; an untouched substrate reads as empty.
+    `durable` (see the module docstring) says whether the stores must survive a power loss:
+    False keeps SQLite in memory and lets the file store skip fsync; it changes no result.
     """
 
-    def __init__(self, workdir: Path, *, owns_dir: bool = False) -> None:
-        self.workdir = workdir
+    def __init__(self, workdir: Path | None, *, owns_dir: bool = False, durable: bool = False,
+                 parent: Path | None = None) -> None:
+        self._workdir = workdir
+        self._parent = parent  # where `workdir` is made on first use, when it is None
+        self.durable = durable
         self.oplog = OpLog()
         self.buffer = BufferStore(self.oplog)
         self.extra: dict[str, Any] = {}
@@ -86,20 +150,33 @@ class TrialEnv:
         self._mailbox: MailboxSink | None = None
 
     @classmethod
-    def create(cls, parent: Path | None = None) -> TrialEnv:
-        workdir = Path(tempfile.mkdtemp(prefix="atomix-trial-", dir=parent))
-        return cls(workdir, owns_dir=parent is None)
+    def create(cls, parent: Path | None = None, *, durable: bool = False) -> TrialEnv:
+        """A trial environment whose directory is made, on first use, in `parent` (kept at
+        close) or else in a temporary place (removed at close): RAM-backed unless durable."""
+        owns_dir = parent is None
+        if parent is None and not durable:
+            parent = ram_dir()  # None: the system's temporary directory
+        return cls(None, owns_dir=owns_dir, durable=durable, parent=parent)
+
+    @property
+    def workdir(self) -> Path:
+        """The trial's own directory (made on first use)."""
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="atomix-trial-", dir=self._parent))
+        return self._workdir
 
     @property
     def files(self) -> FileStore:
         if self._files is None:
-            self._files = FileStore(self.workdir / "files", oplog=self.oplog, durable=False)
+            self._files = FileStore(self.workdir / "files", oplog=self.oplog, durable=self.durable)
         return self._files
 
     @property
     def db(self) -> SQLiteStore:
         if self._db is None:
-            self._db = SQLiteStore(self.workdir / "db.sqlite", oplog=self.oplog, durable=False)
+            path = self.workdir / "db.sqlite"
+            self._db = (SQLiteStore(path, oplog=self.oplog, durable=True) if self.durable
+                        else MemorySQLiteStore(path, oplog=self.oplog))
         return self._db
 
     @property
@@ -113,7 +190,7 @@ class TrialEnv:
         return self._mailbox.messages() if self._mailbox is not None else []
 
     def snapshot(self) -> dict[str, Any]:
-        """Ground truth, read from the substrates themselves (files, db file, mailbox file)."""
+        """Ground truth, read from the substrates themselves (files, database, mailbox file)."""
         files = {}
         if self._files is not None:
             files = {p: b.decode("utf-8", "replace") for p, b in sorted(self._files.snapshot().items())}
@@ -133,5 +210,5 @@ class TrialEnv:
         if self._db is not None:
             self._db.close()
         self.oplog.close()
-        if self._owns_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self._owns_dir and self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)

@@ -65,6 +65,7 @@ class TrialSpec:
     jitter_ms: float = 2.0
     params: Mapping[str, Any] = field(default_factory=dict)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    durable: bool = False  # the trial's stores on disk, fsynced (config `durable`); same record
 
     @property
     def key(self) -> str:
@@ -122,13 +123,20 @@ def run_trial(
     workload = get_workload(spec.workload)
     # The scenario depends on the trial, not the mode or the fault cell: same tasks for all.
     scenario = workload.scenario(derive_rng(spec.seed, "scenario", spec.trial), spec.trial, spec.params)
-    env = TrialEnv.create(workdir)
+    llm = spec.agent.kind == "llm"  # a real model plans and reacts (harness.llm_agent)
+    if llm:
+        from harness import llm_agent  # only here: it is the one agent that needs an SDK
+
+        brief = llm_agent.briefing(spec.agent, spec.workload, scenario.tasks, scenario.tool_schemas,
+                                   scenario.domain_policy, workload.tools)
+        client = llm_agent.ModelClient(spec.agent)
+    env = TrialEnv.create(workdir, durable=spec.durable)
     try:
         scenario.setup(env)
         clock = VirtualClock()
         injector = faults.FaultInjector(spec.faults, seed=spec.seed, cell=spec.cell_id, trial=spec.trial)
         trial_mode = get_mode(spec.mode).factory(env, clock, spec.settings)
-        behaviour = make_policy(
+        behaviour = None if llm else make_policy(
             spec.agent, spec.mode, step_retries=scenario.policy.step_retries,
             tool_errors_fatal=scenario.policy.tool_errors_fatal,
         )
@@ -149,7 +157,12 @@ def run_trial(
             async def agent_main(make_ctx: Any = make_ctx, task: Any = task, rng: random.Random = rng, offset: float = offset, reactions: random.Random = reactions) -> AgentOutcome:
                 if offset:
                     await Sleep(offset)
-                outcome = await run_agent(trial_mode, make_ctx, task, workload.tools, scenario.policy, rng, behaviour, reactions)
+                if llm:
+                    outcome = await llm_agent.run_llm_agent(
+                        trial_mode, make_ctx, task, workload.tools, scenario.policy, rng, spec.agent,
+                        brief, client, wrapper_retries=spec.agent.wrapper_retries_for(spec.mode))
+                else:
+                    outcome = await run_agent(trial_mode, make_ctx, task, workload.tools, scenario.policy, rng, behaviour, reactions)
                 outcomes.append(outcome)
                 return outcome
 
@@ -197,7 +210,12 @@ def run_trial(
             "blocked": sum(o.blocked_ms > 0 for o in outcomes) / n,
             "makespan_ms": clock.now,
             "stuck": len(stuck),
+            # A workload's own measures (a table's column that no generic metric gives).
+            **(scenario.metrics(env, outcomes) if scenario.metrics is not None else {}),
         }
+        if llm:  # tokens the conversations took (cached answers count what they cost once)
+            for key in ("requests", "prompt_tokens", "completion_tokens"):
+                metrics[f"llm_{key}"] = sum(o.usage[key] for o in outcomes)  # type: ignore[attr-defined]
         return {
             "key": spec.key,
             "config": spec.config,
@@ -213,11 +231,14 @@ def run_trial(
             "agents": [
                 {"agent": o.agent, "task": o.task_id, "committed": o.committed, "attempts": o.attempts,
                  "aborts": o.aborts, "failure": o.failure, "blocked_ms": o.blocked_ms,
-                 "steps": o.steps, "reactions": o.reactions}
+                 "steps": o.steps, "reactions": o.reactions,
+                 **(o.record() if llm else {})}  # type: ignore[attr-defined]
                 for o in outcomes
             ],
             "final": scenario.final(env) if scenario.final is not None else {},
-            "timings": {"wall_s": time.perf_counter() - wall},
+            "timings": {"wall_s": time.perf_counter() - wall,
+                        # wall-clock model latency per request (0 and cached when the cache answered)
+                        **({"llm": [o.timings() for o in outcomes]} if llm else {})},  # type: ignore[attr-defined]
         }
     finally:
         env.close()

@@ -280,7 +280,7 @@ def test_all_zero_llm_like_weights_are_rejected_but_gold_ignores_the_weights() -
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("kind", "llm"), ("max_steps", 0), ("max_steps", 10_001), ("wrapper_retries", -1),
+    [("kind", "gpt"), ("max_steps", 0), ("max_steps", 10_001), ("wrapper_retries", -1),
      ("wrapper_retries", 21), ("replan_depth", 0)],
 )
 def test_out_of_range_agent_values_are_rejected_naming_the_field(key: str, value: Any) -> None:

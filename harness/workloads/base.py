@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from atomix.schemas import ToolSchema
 from harness.agent import AgentOutcome, AgentPolicy, Task
 from harness.substrates import TrialEnv
 from harness.tooling import ToolDef
@@ -20,6 +21,10 @@ class Scenario:
 
     `expected` returns the goal snapshot (None: judged by invariants only); `invariants`
     counts violations from the final substrates and what the agents observed.
+
+    For an agent that plans by itself (`agent.kind: llm`): `tool_schemas` are the tools it is
+    offered (each names one of the workload's tools), `domain_policy` the rules it is told to
+    follow (tau2's policy.md); each task's `ticket` says what to do.
     """
 
     tasks: list[Task]
@@ -29,7 +34,12 @@ class Scenario:
     policy: AgentPolicy = field(default_factory=AgentPolicy)
     start_offsets_ms: list[float] | None = None
     final: Callable[[TrialEnv], dict[str, Any]] | None = None  # extra facts for the record
+    # Extra metrics of the trial (name -> number or bool), merged into the record's metrics;
+    # a name must not shadow a generic one.
+    metrics: Callable[[TrialEnv, list[AgentOutcome]], dict[str, Any]] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    tool_schemas: tuple[ToolSchema, ...] = ()
+    domain_policy: str = ""
 
 
 class WorkloadParams(BaseModel):

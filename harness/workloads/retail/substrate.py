@@ -1,8 +1,9 @@
 """The tau2 retail DB as a trial substrate, and its tools as harness tools.
 
 Every retail call of every mode goes through `RetailStore.call`, which runs the tool with
-tau2's semantics on the trial's own copy of the DB, deduplicates by idempotency key, and
-writes the op log (reads and writes per scope) below all mechanisms.
+tau2's semantics on the trial's own DB (copy-on-write over the shared pristine one, see
+`data.cow_db`), deduplicates by idempotency key, and writes the op log (reads and writes per
+scope) below all mechanisms.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from atomix.adapters import OpLog
 from atomix.effects import EffectClass
 from harness.substrates import TrialEnv
 from harness.tooling import Delivery, ToolDef, ToolError
-from harness.workloads.retail.data import RecordHasher, db_sha256
+from harness.workloads.retail.data import db_sha256, fork_db
 from harness.workloads.retail.tools import (
     TOOLS,
     RetailTool,
@@ -33,17 +34,16 @@ _BLIND_OVERWRITES = frozenset({"modify_pending_order_address", "modify_user_addr
 
 class RetailStore:
     """One trial's retail DB. A call with a key already applied returns the first result and
-    changes nothing; a refused call (tau2's own error) changes nothing either."""
+    changes nothing; a refused call (tau2's own error) changes nothing either.
 
-    def __init__(
-        self, db: dict[str, Any], oplog: OpLog | None = None, hasher: RecordHasher | None = None
-    ) -> None:
+    `db` is a `cow_db` (or any plain-dict DB); `snapshot()` hashes it as `db_sha256` does.
+    """
+
+    def __init__(self, db: dict[str, Any], oplog: OpLog | None = None) -> None:
         self.db = db
         self._oplog = oplog
         self._results: dict[str, Any] = {}
-        self._sha: str | None = None  # hashing 2.8 MB of JSON is the costliest read; cache it
-        self._hasher = hasher  # reuses the pristine DB's record texts for untouched records
-        self._dirty: set[tuple[str, str]] = set()
+        self._sha: str | None = None  # cached until the next write
 
     def _log(self, scope: str, kind: str, key: str | None, meta: Mapping[str, Any] | None) -> None:
         if self._oplog is not None:
@@ -64,7 +64,6 @@ class RetailStore:
             self._log(scope, "read", None, meta)
         if writes:
             self._sha = None
-            self._dirty.update(_records(self.db, writes))
         for scope in writes:
             self._log(scope, "write", key, meta)
         if key is not None and writes:
@@ -73,18 +72,10 @@ class RetailStore:
 
     def check(self, name: str, args: dict[str, Any]) -> None:
         """Validate a write's preconditions without changing anything (a TCC try)."""
-        tool = TOOLS[name]
-        reads, writes = tool.scopes(self.db, args)
-        scratch = {
-            "products": self.db["products"],  # the retail tools never modify products
-            "orders": dict(self.db["orders"]),
-            "users": dict(self.db["users"]),
-        }
-        for table, record_id in _records(self.db, [*reads, *writes]):
-            if record_id in self.db[table]:
-                scratch[table][record_id] = copy.deepcopy(self.db[table][record_id])
         try:
-            call_tool(scratch, name, args)
+            # A scratch copy of the current state (cheap: copy-on-write), so that nothing the
+            # tool does can reach the trial's DB.
+            call_tool(fork_db(self.db), name, args)
         except RetailToolError as exc:
             raise ToolError(str(exc)) from exc
 
@@ -94,26 +85,13 @@ class RetailStore:
     def restore(self, before: dict[str, Any], meta: Mapping[str, Any]) -> None:
         restore(self.db, before)
         self._sha = None
-        self._dirty.update(k for k in before if isinstance(k, tuple))
         for scope in _scopes_of(before):
             self._log(scope, "write", None, meta)
 
     def snapshot(self) -> dict[str, Any]:
         if self._sha is None:
-            if self._hasher is not None:
-                self._sha = self._hasher.sha256(self.db, self._dirty)
-            else:
-                self._sha = db_sha256(self.db)
+            self._sha = db_sha256(self.db)
         return {"db_sha256": self._sha}
-
-
-def _records(db: dict[str, Any], scopes: list[str]) -> list[tuple[str, str]]:
-    out = []
-    for scope in scopes:
-        parts = scope.split(":")
-        if len(parts) == 3 and parts[1] in ("order", "user"):
-            out.append(({"order": "orders", "user": "users"}[parts[1]], parts[2]))
-    return out
 
 
 def _scopes_of(before: dict[str, Any]) -> list[str]:

@@ -125,7 +125,11 @@ def _arith(node: ast.AST) -> int | float:
 
 
 def calculate(db: DB, expression: str) -> str:
-    """Result of an arithmetic expression, rounded to 2 decimals, as a string."""
+    """Calculate an arithmetic expression; the result is rounded to 2 decimals.
+
+    Args:
+        expression: Numbers, + - * /, parentheses and spaces, such as '2 + 2'.
+    """
     if not all(char in "0123456789+-*/(). " for char in expression):
         raise RetailToolError("Invalid characters in expression")
     try:
@@ -140,7 +144,12 @@ def calculate(db: DB, expression: str) -> str:
 
 
 def cancel_pending_order(db: DB, order_id: str, reason: str) -> dict:
-    """Cancel a pending order; gift-card payments are refunded to the card at once."""
+    """Cancel a pending order; gift-card payments are refunded to the card at once.
+
+    Args:
+        order_id: The order id, such as '#W0000000' (with the leading '#').
+        reason: Either 'no longer needed' or 'ordered by mistake'.
+    """
     order = _get_order(db, order_id)
     if order["status"] != "pending":
         raise RetailToolError("Non-pending order cannot be cancelled")
@@ -165,7 +174,15 @@ def cancel_pending_order(db: DB, order_id: str, reason: str) -> dict:
 def exchange_delivered_order_items(
     db: DB, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> dict:
-    """Request an exchange of delivered items for variants of the same products."""
+    """Exchange delivered items for other variants of the same products.
+
+    Args:
+        order_id: The order id, such as '#W0000000' (with the leading '#').
+        item_ids: The ids of the items to exchange, such as ['1008292230'].
+        new_item_ids: The ids of the new items, in the same order as item_ids.
+        payment_method_id: The payment method that pays or gets the price difference,
+            such as 'gift_card_0000000' or 'credit_card_0000000'.
+    """
     order = _get_order(db, order_id)
     if order["status"] != "delivered":
         raise RetailToolError("Non-delivered order cannot be exchanged")
@@ -200,7 +217,17 @@ def modify_pending_order_address(
     db: DB, order_id: str, address1: str, address2: str, city: str, state: str, country: str,
     zip: str,
 ) -> dict:
-    """Change the shipping address of a pending (or item-modified pending) order."""
+    """Change the shipping address of a pending order.
+
+    Args:
+        order_id: The order id, such as '#W0000000' (with the leading '#').
+        address1: The first line of the address, such as '123 Main St'.
+        address2: The second line of the address, such as 'Apt 1' or ''.
+        city: The city, such as 'San Francisco'.
+        state: The state, such as 'CA'.
+        country: The country, such as 'USA'.
+        zip: The zip code, such as '12345'.
+    """
     order = _get_order(db, order_id)
     # tau2's _is_pending_order is a substring test: "pending (item modified)" qualifies.
     if "pending" not in order["status"]:
@@ -212,7 +239,15 @@ def modify_pending_order_address(
 def modify_pending_order_items(
     db: DB, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> dict:
-    """Swap items of a pending order for other variants; pay or refund the difference."""
+    """Swap items of a pending order for other variants; pay or refund the difference.
+
+    Args:
+        order_id: The order id, such as '#W0000000' (with the leading '#').
+        item_ids: The ids of the items to modify, such as ['1008292230'].
+        new_item_ids: The ids of the new items, in the same order as item_ids.
+        payment_method_id: The payment method that pays or gets the price difference,
+            such as 'gift_card_0000000' or 'credit_card_0000000'.
+    """
     order = _get_order(db, order_id)
     if order["status"] != "pending":
         raise RetailToolError("Non-pending order cannot be modified")
@@ -262,7 +297,12 @@ def modify_pending_order_items(
 
 
 def modify_pending_order_payment(db: DB, order_id: str, payment_method_id: str) -> dict:
-    """Move a pending order's single payment to another of the user's payment methods."""
+    """Pay a pending order with another of the user's payment methods.
+
+    Args:
+        order_id: The order id, such as '#W0000000' (with the leading '#').
+        payment_method_id: The new payment method, such as 'gift_card_0000000'.
+    """
     order = _get_order(db, order_id)
     if "pending" not in order["status"]:
         raise RetailToolError("Non-pending order cannot be modified")
@@ -293,7 +333,17 @@ def modify_user_address(
     db: DB, user_id: str, address1: str, address2: str, city: str, state: str, country: str,
     zip: str,
 ) -> dict:
-    """Change a user's default address."""
+    """Change a user's default address.
+
+    Args:
+        user_id: The user id, such as 'sara_doe_496'.
+        address1: The first line of the address, such as '123 Main St'.
+        address2: The second line of the address, such as 'Apt 1' or ''.
+        city: The city, such as 'San Francisco'.
+        state: The state, such as 'CA'.
+        country: The country, such as 'USA'.
+        zip: The zip code, such as '12345'.
+    """
     user = _get_user(db, user_id)
     user["address"] = _address(address1, address2, city, state, country, zip)
     return _out(user)
@@ -302,7 +352,13 @@ def modify_user_address(
 def return_delivered_order_items(
     db: DB, order_id: str, item_ids: list[str], payment_method_id: str
 ) -> dict:
-    """Request a return of delivered items, refunded to the original method or a gift card."""
+    """Return delivered items, refunded to the original payment method or a gift card.
+
+    Args:
+        order_id: The order id, such as '#W0000000' (with the leading '#').
+        item_ids: The ids of the items to return, such as ['1008292230'].
+        payment_method_id: Where the refund goes: the original payment method or a gift card.
+    """
     order = _get_order(db, order_id)
     if order["status"] != "delivered":
         raise RetailToolError("Non-delivered order cannot be returned")
@@ -325,7 +381,11 @@ def return_delivered_order_items(
 
 
 def find_user_id_by_email(db: DB, email: str) -> str:
-    """The id of the first user whose email matches case-insensitively."""
+    """Find a user id by email.
+
+    Args:
+        email: The email of the user, such as 'something@example.com'.
+    """
     for user_id, user in db["users"].items():
         if user["email"].lower() == email.lower():
             return user_id
@@ -333,7 +393,13 @@ def find_user_id_by_email(db: DB, email: str) -> str:
 
 
 def find_user_id_by_name_zip(db: DB, first_name: str, last_name: str, zip: str) -> str:
-    """The id of the first user with this name (case-insensitive) and exactly this zip."""
+    """Find a user id by first name, last name and zip code.
+
+    Args:
+        first_name: The first name of the customer, such as 'John'.
+        last_name: The last name of the customer, such as 'Doe'.
+        zip: The zip code of the customer, such as '12345'.
+    """
     for user_id, user in db["users"].items():
         if (user["name"]["first_name"].lower() == first_name.lower()
                 and user["name"]["last_name"].lower() == last_name.lower()
@@ -343,17 +409,29 @@ def find_user_id_by_name_zip(db: DB, first_name: str, last_name: str, zip: str) 
 
 
 def get_order_details(db: DB, order_id: str) -> dict:
-    """The order record."""
+    """Get the status and details of an order.
+
+    Args:
+        order_id: The order id, such as '#W0000000' (with the leading '#').
+    """
     return _out(_get_order(db, order_id))
 
 
 def get_product_details(db: DB, product_id: str) -> dict:
-    """The product record with all its variants."""
+    """Get a product and all its variants (item ids, options, prices, availability).
+
+    Args:
+        product_id: The product id, such as '6086499569'; not an item id.
+    """
     return _out(_get_product(db, product_id))
 
 
 def get_item_details(db: DB, item_id: str) -> dict:
-    """The variant record of an item id, searched across all products."""
+    """Get the details of an item (one variant of a product).
+
+    Args:
+        item_id: The item id, such as '1008292230'.
+    """
     for product in db["products"].values():
         if item_id in product["variants"]:
             return _out(product["variants"][item_id])
@@ -361,18 +439,26 @@ def get_item_details(db: DB, item_id: str) -> dict:
 
 
 def get_user_details(db: DB, user_id: str) -> dict:
-    """The user record (profile, payment methods, order ids)."""
+    """Get a user's profile, payment methods and order ids.
+
+    Args:
+        user_id: The user id, such as 'sara_doe_496'.
+    """
     return _out(_get_user(db, user_id))
 
 
 def list_all_product_types(db: DB) -> str:
-    """JSON object mapping product name to product id, keys sorted."""
+    """List the name and product id of every product type."""
     return json.dumps({p["name"]: p["product_id"] for p in db["products"].values()},
                       sort_keys=True)
 
 
 def transfer_to_human_agents(db: DB, summary: str) -> str:
-    """Hand the conversation to a human; no DB effect."""
+    """Transfer the user to a human agent, with a summary of the issue.
+
+    Args:
+        summary: A summary of the user's issue.
+    """
     return "Transfer successful"
 
 

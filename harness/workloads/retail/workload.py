@@ -8,7 +8,9 @@ DB equals it (compared by `db_sha256`) and the oracle finds nothing else wrong.
 `tau_contention`: n agents run read-modify-write workflows on pending retail orders (each
 reads an order, thinks for a seeded plan delay, then rewrites the order's address from what
 it read). With `disjoint: false` they are forced to overlap on `contended` orders; with
-`disjoint: true` every agent has an order of its own.
+`disjoint: true` every agent has an order of its own. tau2's DB has 423 pending orders; a run
+that needs more (up to 1,024) runs on a copy with generated pending orders added
+(`data.with_pending_orders`), and its records say `final.substrate: retail+generated`.
 
 `notify: true` (both workloads) follows every write with a customer notification through the
 trial's real append-only mailbox, as a shop does: an irreversible effect, so a leaked or a
@@ -23,23 +25,28 @@ from __future__ import annotations
 import functools
 import json
 import random
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from atomix.schemas import ToolSchema, function_schema
 from harness.agent import AgentOutcome, AgentPolicy, Step, Task
 from harness.substrates import TrialEnv
 from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.retail.data import (
-    RecordHasher,
     RetailData,
     RetailDataError,
-    fresh_db,
+    cow_db,
+    db_sha256,
     load_retail,
+    pending_orders,
+    with_pending_orders,
 )
-from harness.workloads.retail.substrate import NOTIFY, RETAIL_TOOLS, RetailStore
-from harness.workloads.retail.tasks import goal_db, gold_actions, select_tasks
+from harness.workloads.retail.substrate import NOTIFY, RETAIL_TOOLS, SUBSTRATE, RetailStore
+from harness.workloads.retail.tasks import gold_actions, select_tasks
+from harness.workloads.retail.tools import TOOLS, RetailToolError, call_tool
 
 _EMPTY = {"buffer": {}, "files": {}, "db": {}, "mailbox": []}
 
@@ -50,20 +57,29 @@ def _data(data_dir: str | None) -> RetailData:
 
 
 @functools.lru_cache(maxsize=256)
-def _goal_sha(data_dir: str | None, task_id: str) -> str:
-    data = _data(data_dir)
+def _gold_replay(data: RetailData, task_id: str) -> tuple[str, frozenset[int]]:
+    """(db_sha256, indices of the failing actions) of the task's gold actions replayed in order
+    on a fresh DB: what `tasks.goal_db` gives as `sha256` and `failures`, on a copy-on-write DB
+    (a few ms instead of a full copy and a full dump per task)."""
     task = next(t for t in data.tasks if t["id"] == task_id)
-    return goal_db(data, task).sha256
+    db = cow_db(data)
+    failed = set()
+    for index, action in enumerate(gold_actions(task)):
+        try:
+            call_tool(db, action["name"], action["arguments"])
+        except RetailToolError:
+            failed.add(index)  # a refused call changes nothing, as in tau2's replay
+    return db_sha256(db), frozenset(failed)
 
 
-@functools.lru_cache(maxsize=8)
-def _hasher(data: RetailData) -> RecordHasher:
-    return RecordHasher(data.db)
+@functools.lru_cache(maxsize=256)
+def _goal_sha(data_dir: str | None, task_id: str) -> str:
+    return _gold_replay(_data(data_dir), task_id)[0]
 
 
 def _setup(data: RetailData):  # noqa: ANN202 - a closure over the loaded data
     def setup(env: TrialEnv) -> None:
-        env.extra["retail"] = RetailStore(fresh_db(data), env.oplog, _hasher(data))
+        env.extra["retail"] = RetailStore(cow_db(data), env.oplog)
 
     return setup
 
@@ -117,8 +133,42 @@ class TauRetailParams(_RetailParams):
         )
 
 
+_TICKET_PARTS = (
+    ("reason_for_call", "Reason for call"),
+    ("known_info", "Known info"),
+    ("unknown_info", "Unknown info"),
+    ("task_instructions", "Task instructions"),
+)
+
+
+def _ticket(task: Mapping[str, Any]) -> str | None:
+    """The task's user instructions as a ticket (tau2's solo style), None if it has none."""
+    instructions = (task.get("user_scenario") or {}).get("instructions")
+    if isinstance(instructions, str):
+        return instructions.strip() or None
+    if not isinstance(instructions, Mapping):
+        return None
+    parts = [f"{label}:\n{str(instructions[key]).strip()}" for key, label in _TICKET_PARTS
+             if isinstance(instructions.get(key), str) and instructions[key].strip()]
+    return "\n\n".join(parts) or None
+
+
+@functools.lru_cache(maxsize=8)
+def _domain_policy(data_dir: str | None) -> str:
+    """tau2's retail policy.md beside the data; "" when the data directory has none."""
+    path = _data(data_dir).source / "policy.md"
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+@functools.lru_cache(maxsize=1)
+def _tool_schemas() -> tuple[ToolSchema, ...]:
+    # The tau2 tools only: notify_customer is the harness's own gold step, not a tau2 tool.
+    return tuple(function_schema(rt.fn, skip=("db",)) for rt in TOOLS.values())
+
+
 class TauRetailWorkload:
-    """Real tau2 retail tasks performed by their gold action lists."""
+    """Real tau2 retail tasks performed by their gold action lists (or, with
+    `agent.kind: llm`, by a model given the task's ticket, the tools' schemas and the policy)."""
 
     name = "tau_retail"
     description = "tau2-bench retail: one task's gold actions per trial on the real DB"
@@ -142,12 +192,14 @@ class TauRetailWorkload:
         goal = _goal_sha(data_dir, task["id"])
         expected_mail = sorted(mail, key=lambda m: json.dumps(m, sort_keys=True))
         return Scenario(
-            tasks=[Task(f"task{task['id']}", tuple(steps))],
+            tasks=[Task(f"task{task['id']}", tuple(steps), ticket=_ticket(task))],
             setup=_setup(data),
             expected=lambda: {**_EMPTY, "mailbox": expected_mail, "retail": {"db_sha256": goal}},
             policy=AgentPolicy(step_retries=p.step_retries, tool_errors_fatal=False),
             final=_final,
             info={"task_id": task["id"]},
+            tool_schemas=_tool_schemas(),
+            domain_policy=_domain_policy(data_dir),
         )
 
 
@@ -171,7 +223,7 @@ def _with_notifications(
 ) -> tuple[list[Step], list[dict[str, str]]]:
     """The gold steps with a notification after each write that succeeds in the gold replay
     (a deliberately failing gold write notifies nobody), and the mails the goal expects."""
-    failed = {index for index, _ in goal_db(data, task).failures}
+    failed = _gold_replay(data, task["id"])[1]
     steps: list[Step] = []
     mail: list[dict[str, str]] = []
     for index, action in enumerate(actions):
@@ -189,7 +241,7 @@ def _with_notifications(
 @functools.lru_cache(maxsize=8)
 def _pending_orders(data: RetailData) -> tuple[str, ...]:
     # Cached: the params model asks for the pool size once per grid cell.
-    return tuple(sorted(o for o, rec in data.db["orders"].items() if rec["status"] == "pending"))
+    return pending_orders(data.db)
 
 
 def _rmw_args(order_id: str, tag: str):  # noqa: ANN202
@@ -237,12 +289,30 @@ def _money(db: dict[str, Any]) -> tuple[float, int]:
     return round(total, 2), inconsistent
 
 
-# More agents than this make one trial take many seconds (threads on one virtual clock).
-MAX_CONTENTION_AGENTS = 128
+# The scaling question is about n up to 1,024 (issue 16). tau2's DB has 423 pending orders;
+# a run that needs more uses the DB with generated ones added (`_contention_data`).
+MAX_CONTENTION_AGENTS = 1024
+#: What a record's `final.substrate` says when the run needed generated pending orders (records
+#: of runs on the real DB alone carry no such key, so they stay as they were).
+GENERATED_SUBSTRATE = "retail+generated"
+
+
+def _contention_data(data_dir: str | None, needed: int) -> RetailData:
+    """The real DB when it has `needed` pending orders, else the DB with generated pending
+    orders added up to MAX_CONTENTION_AGENTS (one DB for every n above the real pool)."""
+    data = _data(data_dir)
+    if needed <= len(_pending_orders(data)):
+        return data
+    return with_pending_orders(data, max(needed, MAX_CONTENTION_AGENTS))
+
+
+def _final_generated(env: TrialEnv) -> dict[str, Any]:
+    return {**_final(env), "substrate": GENERATED_SUBSTRATE}
 
 
 class TauContentionParams(_RetailParams):
-    """`params` of tau_contention; a valid value can be drawn from the pending orders."""
+    """`params` of tau_contention; a valid value can be drawn from the pending orders (the
+    real ones, or with generated ones added when agents or contended orders need more)."""
 
     agents: int = Field(4, ge=1, le=MAX_CONTENTION_AGENTS)
     disjoint: bool = False
@@ -259,12 +329,24 @@ class TauContentionParams(_RetailParams):
 
     @model_validator(mode="after")
     def _fits_pool(self) -> TauContentionParams:
-        pool = len(_pending_orders(_check_data(self.data_dir)))
-        if self.agents > pool:
-            raise ValueError(f"agents: must be at most {pool} (pending orders), got {self.agents}")
+        pool = max(len(_pending_orders(_check_data(self.data_dir))), MAX_CONTENTION_AGENTS)
         if self.contended > pool:
-            raise ValueError(f"contended: must be at most {pool} (pending orders), got {self.contended}")
+            raise ValueError(
+                f"contended: must be at most {pool} (pending orders, generated ones included), "
+                f"got {self.contended}")
         return self
+
+
+def extra_writes(env: TrialEnv, outcomes: list[AgentOutcome]) -> dict[str, Any]:
+    """Paper Table 11's extra writes ("writes beyond 10 per run": beyond those the run's plans
+    intend), from the op log below every mode: the applications of a logical write beyond
+    its first. A retried, restarted or duplicated write that landed again counts; an undo
+    (a rollback, a compensation) does not."""
+    landed = Counter(
+        (op.meta["op"], op.scope) for op in env.oplog.ops()
+        if op.substrate == SUBSTRATE and op.kind == "write" and "op" in op.meta and not op.meta.get("undo")
+    )
+    return {"extra_writes": sum(n - 1 for n in landed.values())}
 
 
 class TauContentionWorkload:
@@ -277,13 +359,12 @@ class TauContentionWorkload:
 
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
         p = TauContentionParams.model_validate(params)
-        data = _data(p.data_dir)
         agents, disjoint, contended, notify = p.agents, p.disjoint, p.contended, p.notify
+        needed = agents if disjoint else contended
+        data = _contention_data(p.data_dir, needed)
         lo, hi = p.plan_delay_ms
         pool = _pending_orders(data)
-        if agents > len(pool):
-            raise ValueError(f"params.agents: at most {len(pool)} agents (pending orders)")
-        picked = rng.sample(pool, agents if disjoint else contended)
+        picked = rng.sample(pool, needed)
         orders = [picked[i] if disjoint else picked[i % contended] for i in range(agents)]
         emails = {o: data.db["users"][data.db["orders"][o]["user_id"]]["email"] for o in set(orders)}
 
@@ -303,18 +384,19 @@ class TauContentionWorkload:
             for i in range(agents)
         ]
         initial = {o: data.db["orders"][o]["address"]["address2"] for o in set(orders)}
+        by_order: dict[str, list[int]] = {}  # the agents that rewrite each order
+        for i, order_id in enumerate(orders):
+            by_order.setdefault(order_id, []).append(i)
         money_before = _initial_money(data)
 
         def invariants(env: TrialEnv, outcomes: list[AgentOutcome]) -> int:
             db = env.extra["retail"].db
             violations = 0
             committed = {o.agent for o in outcomes if o.committed}
-            for order_id in set(orders):
+            for order_id, writers in by_order.items():
                 text = db["orders"][order_id]["address"]["address2"]
                 tail = text[len(initial[order_id]) :] if text.startswith(initial[order_id]) else text
-                for i, oid in enumerate(orders):
-                    if oid != order_id:
-                        continue
+                for i in writers:
                     count = tail.count(f"[a{i}]")
                     expected = 1 if f"a{i}" in committed else 0
                     violations += abs(count - expected)  # a lost update or a leaked one
@@ -340,6 +422,7 @@ class TauContentionWorkload:
                 plan_delay_ms=(float(lo), float(hi)),
                 tool_errors_fatal=False,
             ),
-            final=_final,
+            final=_final if data is _data(p.data_dir) else _final_generated,
+            metrics=extra_writes,
             info={"orders": orders},
         )
