@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from atomix.effects import AbortSource, Effect
 
 
-@dataclass(frozen=True, slots=True)
-class Blocker:
-    """An earlier unsettled transaction that a waiter must outlast, and where they meet."""
+class Blocker(NamedTuple):
+    """An earlier unsettled transaction that a waiter must outlast, and where they meet (a
+    scope it holds that overlaps the waiter's access).
+
+    Immutable and hashable. A tuple, not a dataclass: a Wait under contention names one per
+    earlier transaction in the way, and a tuple is made, hashed and compared in C."""
 
     txid: int
     epoch: int
@@ -26,10 +30,16 @@ PROCEED = Proceed()
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Not yet: these earlier transactions must settle first. Only ever earlier epochs."""
+    """Not yet: these earlier transactions must settle first. Only ever earlier epochs.
+
+    `wake_on` names those of them whose settling wakes the waiter (`finish` lists it once
+    all of these have settled); it then decides again. Usually they are the latest blocker
+    in each queue it waits in, which settles after the rest; if one settled out of order,
+    the waiter parks again, on all of its blockers that are left."""
 
     txid: int
     blockers: tuple[Blocker, ...]
+    wake_on: tuple[int, ...] = ()
 
 
 # Plans and settlements are made once per transaction on the hot path, and a frozen
@@ -65,7 +75,7 @@ class AbortPlan:
 Decision = Proceed | Wait | CommitPlan | AbortPlan
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Settlement:
     """The record of one finished transaction: what became of each of its effects."""
 
@@ -76,20 +86,64 @@ class Settlement:
     outcome: str  # "committed" | "aborted"
     abort_source: str | None
     detail: str
-    applied: tuple[str, ...] = ()
-    released: tuple[str, ...] = ()
-    accepted: tuple[str, ...] = ()
-    compensated: tuple[str, ...] = ()
-    dropped: tuple[str, ...] = ()
-    residue: tuple[str, ...] = ()
-    failed_applies: tuple[str, ...] = ()
-    duplicates_suppressed: int = 0
-    waited: float = 0.0
-    reads: tuple[str, ...] = field(default=())
-    writes: tuple[str, ...] = field(default=())
+    applied: tuple[str, ...]
+    released: tuple[str, ...]
+    accepted: tuple[str, ...]
+    compensated: tuple[str, ...]
+    dropped: tuple[str, ...]
+    residue: tuple[str, ...]
+    failed_applies: tuple[str, ...]
+    duplicates_suppressed: int
+    waited: float
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
     # Effect key -> the exception that made it residue or a failed apply (its last attempt's).
     # Set by the driver that carried out the plan; the core never raises or sees one.
-    errors: dict[str, BaseException] = field(default_factory=dict)
+    errors: dict[str, BaseException]
+
+    # Written out: one is made per transaction (per losing branch, too), and the generated
+    # __init__ pays for its defaults and the factory of `errors`.
+    def __init__(
+        self,
+        txid: int,
+        epoch: int,
+        trace: str,
+        group: str | None,
+        outcome: str,
+        abort_source: str | None,
+        detail: str,
+        applied: tuple[str, ...] = (),
+        released: tuple[str, ...] = (),
+        accepted: tuple[str, ...] = (),
+        compensated: tuple[str, ...] = (),
+        dropped: tuple[str, ...] = (),
+        residue: tuple[str, ...] = (),
+        failed_applies: tuple[str, ...] = (),
+        duplicates_suppressed: int = 0,
+        waited: float = 0.0,
+        reads: tuple[str, ...] = (),
+        writes: tuple[str, ...] = (),
+        errors: dict[str, BaseException] | None = None,
+    ) -> None:
+        self.txid = txid
+        self.epoch = epoch
+        self.trace = trace
+        self.group = group
+        self.outcome = outcome
+        self.abort_source = abort_source
+        self.detail = detail
+        self.applied = applied
+        self.released = released
+        self.accepted = accepted
+        self.compensated = compensated
+        self.dropped = dropped
+        self.residue = residue
+        self.failed_applies = failed_applies
+        self.duplicates_suppressed = duplicates_suppressed
+        self.waited = waited
+        self.reads = reads
+        self.writes = writes
+        self.errors = {} if errors is None else errors
 
     @property
     def committed(self) -> bool:

@@ -1,17 +1,22 @@
 """Per-resource frontiers over a trie of hierarchical scopes.
 
-A scope's node records which unsettled transactions are registered on it and the commit
-stamps that make a late access stale. Overlap is ancestor-or-descendant in the trie, so a
-table scope meets its rows and a directory its files.
+A scope's node records which unsettled transactions are registered on it (and which of them
+write it) and the commit stamps that make a late access stale. Overlap is
+ancestor-or-descendant in the trie, so a table scope meets its rows and a directory its
+files. Two accesses conflict when they overlap and at least one of them writes: reads never
+conflict with reads.
 """
 
 from __future__ import annotations
 
 import operator
+from bisect import bisect_left, insort
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from atomix.decisions import Blocker
 from atomix.scopes import Scope
+from atomix.transaction import COMMITTED
 
 if TYPE_CHECKING:
     from atomix.transaction import Transaction
@@ -21,6 +26,10 @@ class _Node:
     __slots__ = (
         "children",
         "holders",
+        "queue",
+        "writers",
+        "wqueue",
+        "text",
         "eager",
         "occupied",
         "w_seq",
@@ -34,8 +43,20 @@ class _Node:
     def __init__(self) -> None:
         self.children: dict[str, _Node] = {}
         self.holders: dict[int, Transaction] = {}
+        # The holders that write this scope (the rest only read it): a reader conflicts with
+        # these alone, a writer with every holder.
+        self.writers: dict[int, Transaction] = {}
+        # Once more than _LAZY_MAX transactions hold the scope at once (contention), each
+        # holder's (and writer's) Blocker record, made once and kept in epoch order: the
+        # earlier holders a Wait names are a prefix, copied whole, and every Wait that names
+        # one shares its record. Until then (None) a query makes the few it needs: most
+        # scopes never have a second holder, and keeping records would tax every access.
+        self.queue: list[Blocker] | None = None
+        self.wqueue: list[Blocker] | None = None
+        self.text = ""  # the scope's text, once something registered here
         self.eager: dict[int, Transaction] = {}
-        # Nodes of this subtree (itself included) that hold at least one registration: empty
+        # Nodes of this subtree (itself included) that hold at least one registration (a
+        # holder, or an eager registration made by `register_eager` alone): empty
         # subtrees are pruned from walks, and the count changes only when a node's holders go
         # from none to some or back, not on every registration of a busy scope.
         self.occupied = 0
@@ -51,6 +72,55 @@ class _Node:
 
 
 _ATTR = {name: operator.attrgetter(name) for name in _Node.__slots__}
+_EPOCH = operator.itemgetter(1)  # a Blocker's epoch
+_LAZY_MAX = 16  # holders of one scope above which its Blocker records are kept in order
+
+
+def _few_earlier(
+    node: _Node, epoch: int, group: str | None, write: bool, latest: list[int] | None
+) -> list[Blocker]:
+    """`earlier_blockers` when `node` alone holds anything overlapping, and few hold it (its
+    records are made now, see `_Node.queue`)."""
+    text = node.text
+    earlier = [
+        Blocker(txid, other.epoch, text)
+        for txid, other in (node.holders if write else node.writers).items()
+        if other.epoch < epoch
+        and (group is None or other.group != group or other.state is COMMITTED)
+    ]
+    if earlier:
+        if len(earlier) > 1:
+            earlier.sort(key=_EPOCH)
+        if latest is not None:
+            latest.append(earlier[-1][0])
+    return earlier
+
+
+def _insert(queue: list[Blocker], mark: Blocker) -> None:
+    if not queue or queue[-1][1] < mark[1]:  # registrations mostly come in epoch order
+        queue.append(mark)
+    else:
+        insort(queue, mark, key=_EPOCH)
+
+
+def _keep_in_order(node: _Node) -> None:
+    """Start keeping `node`'s Blocker records in epoch order (see `_Node.queue`)."""
+    text = node.text
+    node.queue = sorted(
+        (Blocker(txid, tx.epoch, text) for txid, tx in node.holders.items()), key=_EPOCH
+    )
+    writers = node.writers
+    node.wqueue = [mark for mark in node.queue if mark[0] in writers]
+
+
+def _drop(queue: list[Blocker], txid: int, epoch: int) -> None:
+    # Mostly the oldest registration finishes first, or the only one: no search then.
+    if queue[0][0] == txid:
+        del queue[0]
+        return
+    i = bisect_left(queue, epoch, key=_EPOCH)  # epochs are unique: it is there
+    if i < len(queue) and queue[i][0] == txid:
+        del queue[i]
 
 
 class ScopeIndex:
@@ -59,8 +129,11 @@ class ScopeIndex:
     Frontier values only ever grow: they are maxima of commit epochs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, queues: bool = True) -> None:
         self._root = _Node()
+        # Whether registrations keep their Blocker records in epoch order (for
+        # `earlier_blockers`); an index asked only about eager effects and stamps needs none.
+        self._queues = queues
         self.eager_count = 0  # eager registrations anywhere in the index
         # The largest epoch stamped anywhere: no scope's frontier exceeds it, so an access of
         # a later epoch is known not to be late without a look at the trie.
@@ -107,9 +180,12 @@ class ScopeIndex:
         return path, True
 
     # -- registration ----------------------------------------------------------------------
-    def register(self, scope: Scope, tx: Transaction, *, eager: bool = False) -> None:
-        """Register `tx` on `scope` (idempotent); an eager registration also counts as an
-        externalised effect there."""
+    def register(
+        self, scope: Scope, tx: Transaction, *, eager: bool = False, write: bool = True
+    ) -> None:
+        """Register `tx` on `scope` (idempotent), as a writer of it or (`write=False`) a
+        reader; a read registration never downgrades a write. An eager registration also
+        counts as an externalised effect there."""
         path = self._paths.get(scope._key) or self._path(scope, create=True)
         assert path is not None
         node = path[-1]
@@ -117,9 +193,26 @@ class ScopeIndex:
         txid = tx.txid
         if txid not in holders:
             if not holders:
-                for n in path:
-                    n.occupied += 1
+                if not node.eager:
+                    for n in path:
+                        n.occupied += 1
+                node.text = scope._text
             holders[txid] = tx
+            if write:
+                node.writers[txid] = tx
+            queue = node.queue
+            if queue is not None:
+                mark = Blocker(txid, tx.epoch, node.text)
+                _insert(queue, mark)
+                if write:
+                    _insert(node.wqueue, mark)  # type: ignore[arg-type]
+            elif len(holders) > _LAZY_MAX and self._queues:
+                _keep_in_order(node)
+        elif write and txid not in node.writers:  # a reader now writes it too
+            node.writers[txid] = tx
+            queue = node.queue
+            if queue is not None:
+                _insert(node.wqueue, queue[bisect_left(queue, tx.epoch, key=_EPOCH)])  # type: ignore[arg-type]
         if eager and txid not in node.eager:
             node.eager[txid] = tx
             self.eager_count += 1
@@ -131,14 +224,54 @@ class ScopeIndex:
             return
         node = path[-1]
         txid = tx.txid
-        if node.eager and node.eager.pop(txid, None) is not None:
+        unmarked = node.eager and node.eager.pop(txid, None) is not None
+        if unmarked:
             self.eager_count -= 1
         holders = node.holders
-        if holders.pop(txid, None) is not None and not holders:
+        if unmarked and not holders and not node.eager:  # (recorded by register_eager)
             for n in path:
                 n.occupied -= 1
+        elif holders.pop(txid, None) is not None:
+            written = node.writers.pop(txid, None)
+            if not holders:
+                if not node.eager:
+                    for n in path:
+                        n.occupied -= 1
+                node.queue = node.wqueue = None
+            elif node.queue is not None:
+                _drop(node.queue, txid, tx.epoch)
+                if written is not None:
+                    _drop(node.wqueue, txid, tx.epoch)  # type: ignore[arg-type]
+
+    def register_eager(self, scope: Scope, tx: Transaction) -> None:
+        """Record `tx`'s externalised effect on `scope` (idempotent), without holding it: an
+        index asked only about eager effects (and stamps) keeps no holders."""
+        path = self._paths.get(scope._key) or self._path(scope, create=True)
+        node = path[-1]  # type: ignore[index]
+        eager = node.eager
+        txid = tx.txid
+        if txid not in eager:
+            if not eager and not node.holders:
+                for n in path:  # type: ignore[union-attr]
+                    n.occupied += 1
+            eager[txid] = tx
+            self.eager_count += 1
+
+    def unregister_eager(self, scope: Scope, tx: Transaction) -> None:
+        """Remove what `register_eager` recorded (none there: nothing changes)."""
+        path = self._paths.get(scope._key)
+        if path is None:
+            return
+        node = path[-1]
+        eager = node.eager
+        if eager.pop(tx.txid, None) is not None:
+            self.eager_count -= 1
+            if not eager and not node.holders:
+                for n in path:
+                    n.occupied -= 1
 
     # -- queries -----------------------------------------------------------------------------
+
     def overlapping_holders(self, scope: Scope) -> Iterator[Transaction]:
         """Transactions registered on any scope overlapping `scope` (may repeat a tx)."""
         path, exact = self._nearest(scope)
@@ -149,11 +282,23 @@ class ScopeIndex:
             elif node.holders:
                 yield from node.holders.values()
 
-    def earlier_holders(
-        self, scope: Scope, epoch: int, group: str | None
-    ) -> list[Transaction]:
-        """Unfinished holders overlapping `scope` with an epoch below `epoch`, leaving out
-        branches of `group` (may repeat a tx). Tight loops: a commit's hot path."""
+    def earlier_blockers(
+        self,
+        scope: Scope,
+        epoch: int,
+        group: str | None,
+        write: bool = True,
+        latest: list[int] | None = None,
+    ) -> list[Blocker]:
+        """The Blocker records (each naming the scope it holds) of the unfinished holders
+        overlapping `scope` with an epoch below `epoch` whose access
+        conflicts with a write of it (every holder) or, with `write=False`, with a read of it
+        (writers only), leaving out uncommitted branches of `group` (may repeat a tx). A
+        committed branch still settling counts like any other transaction: it waits for
+        nothing any more, so a later branch of its group can wait for it without deadlock,
+        and must, or its effects could land under (or be compensated over) the winner's.
+        With `latest`, the txid of the latest of them in each node's queue is added to it.
+        Tight loops: a commit's hot path."""
         path = self._paths.get(scope._key)
         if path is None:
             path, exact = self._nearest(scope)
@@ -161,6 +306,23 @@ class ScopeIndex:
                 return []
         else:
             exact = True
+            last = path[-1]
+            occupied = last.occupied
+            if not occupied or (occupied == 1 and last.holders and last.queue is None):
+                for n in path:
+                    if n.holders and n is not last:
+                        break  # an ancestor holds it too: the general case below
+                else:
+                    # The common cases, spelled out: nothing overlapping is held, or only
+                    # this node is, by few; often by the asking transaction alone.
+                    if not occupied:
+                        return []
+                    members = last.holders if write else last.writers
+                    if len(members) == 1:
+                        for other in members.values():
+                            if other.epoch >= epoch:
+                                return []
+                    return _few_earlier(last, epoch, group, write, latest)
         last = path[-1]
         # Ancestors with holders; the scope's own node and what is below it come after.
         nodes = []
@@ -178,15 +340,33 @@ class ScopeIndex:
                         if n.holders:
                             nodes.append(n)
                         stack.extend(n.children.values())
-        found: list[Transaction] = []
+        # A registration lasts until its transaction finishes (finish unregisters it at once),
+        # so every holder here is unfinished: the earlier ones are a prefix of the queue.
+        found: list[Blocker] = []
         for node in nodes:
-            for other in node.holders.values():
-                if (
-                    other.epoch < epoch
-                    and not other.finished
-                    and (group is None or other.group != group)
-                ):
-                    found.append(other)
+            queue = node.queue if write else node.wqueue
+            if queue is not None:
+                earlier = queue[: bisect_left(queue, epoch, key=_EPOCH)]
+            else:  # a few holders: their records, made now
+                text = node.text
+                earlier = [
+                    Blocker(txid, other.epoch, text)
+                    for txid, other in (node.holders if write else node.writers).items()
+                    if other.epoch < epoch
+                ]
+                if len(earlier) > 1:
+                    earlier.sort(key=_EPOCH)
+            if group is not None:
+                holders = node.holders
+                earlier = [
+                    mark
+                    for mark in earlier
+                    if (other := holders[mark[0]]).group != group or other.state is COMMITTED
+                ]
+            if earlier:
+                found += earlier
+                if latest is not None:
+                    latest.append(earlier[-1][0])
         return found
 
     def _subtree_holders(self, node: _Node) -> Iterator[Transaction]:
@@ -201,22 +381,37 @@ class ScopeIndex:
 
     def overlapping_eager(self, scope: Scope) -> Iterator[Transaction]:
         """Transactions with an externalised, unsettled reversible effect overlapping `scope`."""
+        return iter(self.eager_owners(scope))
+
+    def eager_owners(self, scope: Scope) -> list[Transaction]:
+        """`overlapping_eager` as a list (may repeat a tx). Every access asks: tight code."""
         if not self.eager_count:  # the common case: nothing externalised anywhere
-            return
-        path, exact = self._nearest(scope)
-        last = len(path) - 1
-        for i, node in enumerate(path):
-            if i == last and exact:
-                stack = [node]
+            return []
+        path = self._paths.get(scope._key)
+        if path is None:
+            path, exact = self._nearest(scope)
+            if not path:
+                return []
+        else:
+            exact = True
+        last = path[-1]
+        found: list[Transaction] = []
+        for node in path:
+            if node.eager and (node is not last or not exact):
+                found += node.eager.values()
+        if exact and last.occupied:  # an eager registration is a registration too
+            if last.occupied == 1 and (last.eager or last.holders):  # nothing below it
+                if last.eager:
+                    found += last.eager.values()
+            else:
+                stack = [last]
                 while stack:
                     n = stack.pop()
-                    if not n.occupied:  # an eager registration is a registration too
-                        continue
-                    if n.eager:
-                        yield from n.eager.values()
-                    stack.extend(n.children.values())
-            elif node.eager:
-                yield from node.eager.values()
+                    if n.occupied:
+                        if n.eager:
+                            found += n.eager.values()
+                        stack.extend(n.children.values())
+        return found
 
     def _max_overlapping(self, scope: Scope, own: str, sub: str) -> int:
         path, exact = self._nearest(scope)
@@ -255,6 +450,9 @@ class ScopeIndex:
     def stamp(self, scope: Scope, epoch: int, *, write: bool, visible_seq: int = 0) -> None:
         """Record a commit of `epoch` on `scope`: a write (visible from log position
         `visible_seq`) or a read."""
+        if write:
+            self.stamp_write(scope, epoch, visible_seq)
+            return
         path = self._paths.get(scope._key) or self._path(scope, create=True)
         assert path is not None
         if epoch > self.max_epoch:
@@ -265,13 +463,28 @@ class ScopeIndex:
         for n in path:
             if epoch > n.sub_rw_epoch:
                 n.sub_rw_epoch = epoch
-        if write:
-            if epoch > node.w_epoch:
-                node.w_epoch = epoch
-            for n in path:
-                if epoch > n.sub_w_epoch:
-                    n.sub_w_epoch = epoch
-            _raise_visible(path, visible_seq)
+
+    def stamp_write(self, scope: Scope, epoch: int, visible_seq: int) -> None:
+        """`stamp(scope, epoch, write=True, visible_seq=...)`, positionally: every commit
+        stamps each scope it writes."""
+        path = self._paths.get(scope._key) or self._path(scope, create=True)
+        assert path is not None
+        if epoch > self.max_epoch:
+            self.max_epoch = epoch
+        node = path[-1]
+        if epoch > node.rw_epoch:
+            node.rw_epoch = epoch
+        if epoch > node.w_epoch:
+            node.w_epoch = epoch
+        if visible_seq > node.w_seq:
+            node.w_seq = visible_seq
+        for n in path:  # the subtree maxima of every node on the way down, in one pass
+            if epoch > n.sub_rw_epoch:
+                n.sub_rw_epoch = epoch
+            if epoch > n.sub_w_epoch:
+                n.sub_w_epoch = epoch
+            if visible_seq > n.sub_w_seq:
+                n.sub_w_seq = visible_seq
 
     def stamp_visible(self, scope: Scope, visible_seq: int) -> None:
         """A committed write on `scope` became visible (again) at log position `visible_seq`;

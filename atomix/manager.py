@@ -7,8 +7,10 @@ frontiers, staleness and settlement lives here and nowhere else.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Literal, TypeVar
 
 from atomix.decisions import (
@@ -50,6 +52,83 @@ _LOSING = AbortSource.LOSING_SPECULATION
 _STALE = AbortSource.STALE_READ
 
 
+_by_epoch = itemgetter(1)  # a Blocker's epoch: one per transaction, so it orders them too
+_txid_of = itemgetter(0)
+
+
+class _Parked:
+    """One Wait's parking: the waiter, how many of the distinct transactions it names are
+    still unsettled (-1 once the parking is void: decided again, aborted or finished), and
+    the latest epoch among them."""
+
+    __slots__ = ("txid", "pending", "horizon")
+
+    def __init__(self, txid: int, pending: int, horizon: int) -> None:
+        self.txid = txid
+        self.pending = pending
+        self.horizon = horizon
+
+
+class _Parking:
+    """Who waits for whom, counted. A Wait parks its transaction on the transactions it
+    names in `wake_on`: the latest blocker in each queue it waits in (each waits, in turn,
+    for the earlier ones it conflicts with, so it settles after them); or all its blockers,
+    when it was woken and must wait again for one no later than what woke it (they settled
+    out of order, and parking on the latest again could wake it once per blocker). Each
+    settle counts down the parkings
+    that name the settled one, so a waiter is woken when the last of those settles: a settle
+    costs one step per parking that names it, not a rebuild of every waiter's blocker list,
+    and parking costs one step per queue, not one per blocker. Blockers only ever leave by
+    settling (a registration lasts until finish), so a waiter is never woken late."""
+
+    __slots__ = ("parked", "watchers", "woken")
+
+    def __init__(self) -> None:
+        self.parked: dict[int, _Parked] = {}  # waiter -> its live parking
+        self.watchers: dict[int, list[_Parked]] = {}  # blocker -> parkings that name it
+        # Waiters woken and not yet decided otherwise -> the latest epoch they were parked on.
+        self.woken: dict[int, int] = {}
+
+    def park(self, waiter: int, ids: set[int], horizon: int) -> None:
+        """Park `waiter` on the distinct transactions `ids`, the latest of epoch `horizon`
+        (replacing any parking of it)."""
+        old = self.parked.get(waiter)
+        if old is not None:
+            old.pending = -1
+        parked = self.parked[waiter] = _Parked(waiter, len(ids), horizon)
+        watchers = self.watchers
+        for blocker in ids:
+            named = watchers.get(blocker)
+            if named is None:
+                watchers[blocker] = [parked]
+            else:
+                named.append(parked)
+
+    def unpark(self, waiter: int) -> None:
+        parked = self.parked.pop(waiter, None)
+        if parked is not None:
+            parked.pending = -1
+        if self.woken:
+            self.woken.pop(waiter, None)
+
+    def settled(self, blocker: int) -> list[int]:
+        """Waiters whose last pending blocker was `blocker`, in txid order."""
+        named = self.watchers.pop(blocker, None)
+        if not named:
+            return []
+        ready: list[int] = []
+        for parked in named:
+            if parked.pending > 0:
+                parked.pending -= 1
+                if parked.pending == 0:
+                    del self.parked[parked.txid]
+                    ready.append(parked.txid)
+                    self.woken[parked.txid] = parked.horizon
+        if len(ready) > 1:
+            ready.sort()
+        return ready
+
+
 @dataclass(slots=True, eq=False)
 class _Group:
     """One speculation group while any of its branches is unfinished."""
@@ -87,13 +166,24 @@ class TransactionManager:
         self.options = options or RuntimeOptions()
         self._epochs = EpochAllocator()
         self._order = ScopeIndex()  # who is registered where: decides waiting
-        self._real = ScopeIndex()  # real scopes: commit stamps and externalised effects
+        # real scopes: commit stamps and externalised effects
+        self._real = ScopeIndex(queues=False)
         self._txs: dict[int, Transaction] = {}
         self._groups: dict[str, _Group] = {}
-        self._waiters: dict[int, set[int]] = {}
+        self._parking = _Parking()
+        self._parked = self._parking.parked  # (read on hot paths: is anyone parked at all?)
+        # Transactions parked at externalize -> the scopes they wait to externalise, also
+        # registered in `_queue` until they are decided again: a read does not overtake an
+        # earlier one (see `read`).
+        self._queued: dict[int, Sequence[Scope]] = {}
+        self._queue = ScopeIndex()
         # Waiting transactions -> until when their driver waits (in the drivers' clock units;
         # the core has none of its own). Past it, anyone deciding with the time may expire them.
         self._deadlines: dict[int, float] = {}
+        # The same deadlines as a heap of (deadline, txid), so that expiring looks only at the
+        # ones that passed; an entry the dict no longer holds (or holds with another value) is
+        # stale and skipped.
+        self._deadline_heap: list[tuple[float, int]] = []
         self._next_txid = 1
         self._seq = 0
         self._global = self.options.frontier == "global"
@@ -125,6 +215,17 @@ class TransactionManager:
 
     def _order_scope(self, scope: Scope) -> Scope:
         return GLOBAL_SCOPE if self._global else scope
+
+    def _resolved(self, scopes: Iterable[str | Scope]) -> Sequence[Scope]:
+        """Canonical scopes: as given when they are resolved already (what sessions hand
+        over; never under the naive policy), else each resolved."""
+        if self._canonical and scopes.__class__ in (list, tuple):
+            for s in scopes:  # type: ignore[attr-defined]
+                if s.__class__ is not Scope:
+                    break
+            else:
+                return scopes  # type: ignore[return-value]
+        return [self.scope(s) for s in scopes]
 
     # -- begin -------------------------------------------------------------------------------
     def begin(
@@ -165,25 +266,32 @@ class TransactionManager:
         return self.abort(tx.txid, AbortSource.SEAL_VIOLATION, f"{what} after seal")
 
     def _eager_conflict(
-        self, tx: Transaction, scope: Scope
-    ) -> tuple[list[Blocker], AbortPlan | None]:
+        self,
+        tx: Transaction,
+        scope: Scope,
+        blockers: list[Blocker],
+        wake: list[int],
+        collect: bool = True,
+    ) -> AbortPlan | None:
         """Another transaction's externalised, unsettled reversible effect on this scope.
 
-        An earlier one is waited for (its compensation could still rewrite what we would see);
-        a later one or a sibling branch makes this access stale.
+        An earlier one is waited for (added to `blockers` and `wake` unless the caller does
+        not `collect` them: its compensation could still rewrite what we would see); a later
+        one or a sibling branch makes this access stale (the abort is returned).
         """
-        blockers: list[Blocker] = []
-        for other in self._real.overlapping_eager(scope):
+        for other in self._real.eager_owners(scope):
             if other is tx or other.finished:
                 continue
             if (tx.group is not None and other.group == tx.group) or other.epoch > tx.epoch:
-                return blockers, self.abort(
+                return self.abort(
                     tx.txid,
                     _STALE,
                     f"{scope} holds an unsettled effect of epoch {other.epoch}",
                 )
-            blockers.append(Blocker(other.txid, other.epoch, str(scope)))
-        return blockers, None
+            if collect:
+                blockers.append(Blocker(other.txid, other.epoch, scope._text))
+                wake.append(other.txid)
+        return None
 
     def _late(self, tx: Transaction, scope: Scope, *, write: bool) -> AbortPlan | None:
         if not self.options.abort_on_stale or self._real.max_epoch <= tx.epoch:
@@ -197,10 +305,58 @@ class TransactionManager:
             )
         return None
 
-    def _wait(self, tx: Transaction, blockers: Sequence[Blocker]) -> Wait:
-        for b in blockers:
-            self._waiters.setdefault(b.txid, set()).add(tx.txid)
-        return Wait(tx.txid, tuple(sorted(set(blockers), key=lambda b: (b.epoch, b.txid))))
+    def _wait(
+        self,
+        tx: Transaction,
+        blockers: Sequence[Blocker],
+        wake: list[int],
+        externalizing: Sequence[Scope] | None = None,
+    ) -> Wait:
+        """Park `tx` on `wake` (the latest of `blockers` in each queue it waits in; all of
+        them if it was woken before and must wait again), replacing any parking of an earlier
+        Wait, and say so: `finish` lists it when the last of those settles. A transaction
+        waiting to externalise `externalizing` is queued there meanwhile."""
+        txid = tx.txid
+        if self._queued:
+            self._dequeue(tx)
+        parking = self._parking
+        # One source (one queue's prefix, or one eager owner) is in epoch order and has no
+        # repeats already; several may name one blocker twice over the same scope.
+        ordered = blockers if len(wake) == 1 else sorted(dict.fromkeys(blockers), key=_by_epoch)
+        woken = parking.woken
+        # Woken, and still behind one no later than what woke it: they settle out of order
+        # here, so count them all down rather than wake once per blocker.
+        early = woken and txid in woken and ordered[0][1] <= woken[txid]
+        ids = set(map(_txid_of, ordered)) if early else set(wake)
+        parking.park(txid, ids, ordered[-1][1])
+        if externalizing:
+            self._queued[txid] = externalizing
+            for scope in externalizing:
+                self._queue.register(scope, tx)
+        return Wait(txid, tuple(ordered), tuple(sorted(ids)))
+
+    def _unpark(self, txid: int) -> None:
+        """`txid` was decided again, aborted or finished: it waits for nothing any more."""
+        self._parking.unpark(txid)
+        if self._queued:
+            tx = self._txs.get(txid)
+            if tx is not None:
+                self._dequeue(tx)
+
+    def _dequeue(self, tx: Transaction) -> None:
+        scopes = self._queued.pop(tx.txid, None)
+        if scopes:
+            for scope in scopes:
+                self._queue.unregister(scope, tx)
+
+    def _queued_before(self, tx: Transaction, scope: Scope, wake: list[int]) -> list[Blocker]:
+        """Earlier transactions (of another group) queued to externalise on `scope`.
+
+        A read does not overtake them, as a fair reader-writer lock lets no reader overtake
+        a queued writer: each is about to run an effect the read would then have missed
+        (making it stale), and a reader that went ahead would be woken and parked again at
+        every hand-off of the scope between them. It waits until they have settled."""
+        return self._queue.earlier_blockers(scope, tx.epoch, tx.group, True, wake)
 
     def read(self, txid: int, scopes: Iterable[str | Scope]) -> Proceed | Wait | AbortPlan:
         """Scope-on-read: register what the transaction is about to observe."""
@@ -211,49 +367,124 @@ class TransactionManager:
             return PROCEED
         resolved = [self.scope(s) for s in scopes]
         blockers: list[Blocker] = []
+        wake: list[int] = []
+        if (plan := self._read_blockers(tx, resolved, blockers, wake)) is not None:
+            return plan
+        if blockers:
+            return self._wait(tx, blockers, wake)
+        if self._parked or self._queued:
+            self._unpark(txid)
+        self._register_reads(tx, resolved)
+        return PROCEED
+
+    def _read_blockers(
+        self,
+        tx: Transaction,
+        resolved: Sequence[Scope],
+        blockers: list[Blocker],
+        wake: list[int],
+        written: Sequence[Scope] = (),
+    ) -> AbortPlan | None:
+        """What a read of `resolved` waits for (added to `blockers`, and what wakes it to
+        `wake`), or its abort. A scope the same step also writes (`written`) is checked by the
+        caller as a write, which subsumes a read: it waits for every earlier holder."""
+        queued = self._queued
         for scope in resolved:
-            found, plan = self._eager_conflict(tx, scope)
-            if plan is not None:
+            if written and scope in written and self._wait_for_frontiers:
+                continue
+            if (plan := self._eager_conflict(tx, scope, blockers, wake)) is not None:
                 return plan
-            blockers.extend(found)
             if (plan := self._late(tx, scope, write=False)) is not None:
                 return plan
-        if blockers:
-            return self._wait(tx, blockers)
+            if queued:
+                blockers += self._queued_before(tx, scope, wake)
+        return None
+
+    def _register_reads(self, tx: Transaction, resolved: Sequence[Scope]) -> None:
+        register = self._order.register
         for scope in resolved:
             if scope not in tx.reads:
                 tx.reads[scope] = self._tick()
-            self._order.register(self._order_scope(scope), tx)
-        return PROCEED
+            # As a reader: a later reader of the scope need not wait for this one.
+            register(self._order_scope(scope), tx, write=False)
 
-    def externalize(self, txid: int, scopes: Iterable[str | Scope]) -> Proceed | Wait | AbortPlan:
+    def externalize(
+        self, txid: int, scopes: Iterable[str | Scope], reads: Iterable[str | Scope] = ()
+    ) -> Proceed | Wait | AbortPlan:
         """May a reversible effect on these scopes run now? Proceed reserves them.
 
         It runs only once no earlier unsettled transaction is registered there, so eager
         effects reach a resource in epoch order and no one earlier can observe them.
+
+        `reads` are scopes the call observes before it acts (a read-modify-write tool): they
+        are read in the same step, as `read` would, once both may go ahead. So the call waits
+        once, for everything in its way, instead of first as a reader (woken, and parked
+        again, at every hand-off of the scope between earlier writers) and then as a writer;
+        and its reads are registered when it runs, which is when it observes them.
         """
-        tx = self.get(txid)
-        if (plan := self._check_open(tx, "externalize")) is not None:
+        try:
+            tx = self._txs[txid]
+        except KeyError:
+            raise UnknownTransaction(txid) from None
+        if tx.state is not OPEN and (
+            plan := self._check_open(tx, "read" if reads else "externalize")
+        ) is not None:
             return plan
-        resolved = [self.scope(s) for s in scopes]
+        if (  # one resolved scope, what the shim hands over: as it is
+            scopes.__class__ is tuple
+            and len(scopes) == 1  # type: ignore[arg-type]
+            and scopes[0].__class__ is Scope  # type: ignore[index]
+            and self._canonical
+        ):
+            resolved: Sequence[Scope] = scopes  # type: ignore[assignment]
+        else:
+            resolved = self._resolved(scopes)
         blockers: list[Blocker] = []
+        wake: list[int] = []
+        observed = self._resolved(reads) if reads and self.options.scope_on_read else ()
+        if observed and (
+            plan := self._read_blockers(tx, observed, blockers, wake, resolved)
+        ) is not None:
+            return plan
+        frontiers = self._wait_for_frontiers
+        real = self._real
+        order = self._order
+        glob = self._global
+        # Only another's unsettled eager effect or a commit of a later epoch can abort this;
+        # neither exists in the common case, and then no scope needs a look for them. (Each
+        # eager scope of a transaction is one registration: when they are all there are,
+        # every eager effect anywhere is its own.)
+        late = self._stale and real.max_epoch > tx.epoch
+        others_eager = real.eager_count > len(tx.eager_scopes)
         for scope in resolved:
-            found, plan = self._eager_conflict(tx, scope)
-            if plan is not None:
+            # An earlier eager owner also holds the scope: with frontiers it is waited for
+            # among the earlier holders, so here it is only checked for what aborts.
+            if others_eager and (
+                plan := self._eager_conflict(tx, scope, blockers, wake, collect=not frontiers)
+            ) is not None:
                 return plan
-            if (plan := self._late(tx, scope, write=True)) is not None:
+            if late and (plan := self._late(tx, scope, write=True)) is not None:
                 return plan
-            blockers.extend(found)
-            if self.options.wait_for_frontiers:
-                blockers.extend(self._earlier_holders(tx, scope))
+            if frontiers:
+                blockers += order.earlier_blockers(
+                    GLOBAL_SCOPE if glob else scope, tx.epoch, tx.group, True, wake
+                )
         if blockers:
-            return self._wait(tx, blockers)
-        seq = self._tick()
+            return self._wait(tx, blockers, wake, resolved)
+        if self._parked or self._queued:
+            self._unpark(txid)
+        if observed:
+            self._register_reads(tx, observed)
+        self._seq += 1
+        seq = self._seq
+        eager = tx.eager_scopes
+        effects = tx.effect_scopes
         for scope in resolved:
-            tx.eager_scopes.setdefault(scope, seq)
-            tx.effect_scopes.add(scope)
-            self._real.register(scope, tx, eager=True)
-            self._order.register(self._order_scope(scope), tx)
+            if scope not in eager:
+                eager[scope] = seq
+            effects.add(scope)
+            real.register_eager(scope, tx)
+            order.register(GLOBAL_SCOPE if glob else scope, tx)
         return PROCEED
 
     def stage(self, txid: int, effect: Effect) -> Proceed | AbortPlan:
@@ -271,8 +502,14 @@ class TransactionManager:
             tx.duplicates_suppressed += 1  # a duplicated delivery of a staged call
             return PROCEED
         if effect.effect_class is REVERSIBLE:
-            missing = [s for s in effect.scopes if self.scope(s) not in tx.eager_scopes]
-            if missing:
+            eager = tx.eager_scopes
+            for s in effect.scopes:
+                if s not in eager and self.scope(s) not in eager:
+                    break
+            else:
+                s = None
+            if s is not None:
+                missing = [s for s in effect.scopes if self.scope(s) not in eager]
                 raise ValueError(
                     f"effect of {effect.tool!r}: reversible effect staged without externalize() "
                     f"on {', '.join(map(str, missing))}"
@@ -290,7 +527,9 @@ class TransactionManager:
             real = self._real
             # Only an unsettled eager effect or a commit of a later epoch can make this stale;
             # neither exists in the common case, and then no scope needs a look.
-            if real.eager_count or (self._stale and real.max_epoch > tx.epoch):
+            if real.eager_count > len(tx.eager_scopes) or (
+                self._stale and real.max_epoch > tx.epoch
+            ):
                 for scope in scopes:
                     if (plan := self._stage_conflict(tx, scope)) is not None:
                         return plan
@@ -309,7 +548,7 @@ class TransactionManager:
     def _stage_conflict(self, tx: Transaction, scope: Scope) -> AbortPlan | None:
         """A buffered or gated effect on `scope` is stale behind a later epoch's unsettled
         eager effect, or late behind its commit (abort-on-stale)."""
-        for other in self._real.overlapping_eager(scope):
+        for other in self._real.eager_owners(scope):
             if other is not tx and not other.finished and other.epoch > tx.epoch:
                 return self.abort(
                     tx.txid,
@@ -329,31 +568,44 @@ class TransactionManager:
             raise IllegalTransition(txid, tx.state.value, SEAL_EVENT.value)
         tx.state = state
 
-    def _earlier_holders(self, tx: Transaction, scope: Scope) -> list[Blocker]:
-        return [
-            Blocker(other.txid, other.epoch, str(scope))
-            for other in self._order.earlier_holders(self._order_scope(scope), tx.epoch, tx.group)
-        ]
+    def _earlier_holders(self, tx: Transaction, scope: Scope, wake: list[int]) -> list[Blocker]:
+        """Earlier unsettled transactions a write of `scope` must wait for."""
+        return self._order.earlier_blockers(
+            self._order_scope(scope), tx.epoch, tx.group, True, wake
+        )
 
     def blockers(self, txid: int) -> list[Blocker]:
-        """What this transaction's commit waits for: earlier unsettled transactions on its
-        footprint, and aborted branches of its own group whose compensations on its footprint
-        are still pending (their before-images would otherwise overwrite what it commits).
-        Neither kind can wait on it in turn: an aborted branch only finishes."""
-        return self._blockers(self.get(txid))
+        """What this transaction's commit waits for: earlier unsettled transactions whose
+        access to its footprint conflicts with its own (a write meets every access, a read
+        only writes: reads never conflict with reads), and aborted branches of its own group
+        whose compensations on its footprint are still pending (their before-images would
+        otherwise overwrite what it commits). Neither kind can wait on it in turn: an aborted
+        branch only finishes."""
+        return self._blockers(self.get(txid), [])
 
-    def _blockers(self, tx: Transaction) -> list[Blocker]:
-        scopes = tx.footprint() if tx.reads else tx.effect_scopes
-        if not scopes and self._global:
-            scopes = {GLOBAL_SCOPE}
+    def _blockers(self, tx: Transaction, wake: list[int]) -> list[Blocker]:
+        """What its commit waits for (see `blockers`); what wakes it is added to `wake`."""
         order = self._order
-        epoch, group, glob = tx.epoch, tx.group, self._global
+        epoch, group = tx.epoch, tx.group
         found: list[Blocker] = []
-        for scope in scopes:
-            for other in order.earlier_holders(GLOBAL_SCOPE if glob else scope, epoch, group):
-                found.append(Blocker(other.txid, other.epoch, scope._text))
+        written = tx.effect_scopes
+        if self._global:
+            # One global frontier orders everything: each earlier unsettled transaction is
+            # one blocker, met on the global scope (registered as a write at begin).
+            found = order.earlier_blockers(GLOBAL_SCOPE, epoch, group, True, wake)
+        else:
+            for scope in written:
+                found += order.earlier_blockers(scope, epoch, group, True, wake)
+            if tx.reads:
+                for scope in tx.reads:
+                    if scope not in written:  # read only: only writers are in its way
+                        found += order.earlier_blockers(scope, epoch, group, False, wake)
         if group is not None and self._real.eager_count:
-            found.extend(self._compensating_siblings(tx, scopes))  # type: ignore[arg-type]
+            scopes = tx.footprint() if tx.reads else written
+            siblings = self._compensating_siblings(tx, scopes)
+            if siblings:
+                found += siblings
+                wake += map(_txid_of, siblings)
         return found
 
     def _compensating_siblings(self, tx: Transaction, scopes: set[Scope]) -> list[Blocker]:
@@ -362,7 +614,7 @@ class TransactionManager:
         # registrations (kept until finish) name the candidates without a walk of the group.
         candidates: dict[int, Transaction] = {}
         for scope in scopes:
-            for other in real.overlapping_eager(scope):
+            for other in real.eager_owners(scope):
                 if (
                     other.group == tx.group
                     and other is not tx
@@ -410,10 +662,13 @@ class TransactionManager:
                     f"branches {live} of group {group!r} are live; settle it with resolve",
                 )
         if self._wait_for_frontiers:
-            found = self._blockers(tx)
+            wake: list[int] = []
+            found = self._blockers(tx, wake)
             if found:
                 tx.state = next_state(txid, state, WAIT_EVENT)
-                return self._wait(tx, found)
+                return self._wait(tx, found, wake)
+        if self._parked or self._queued:
+            self._unpark(txid)
         if record is not None and (
             record.won or (record.picked is not None and record.picked != txid)
         ):
@@ -433,14 +688,23 @@ class TransactionManager:
             for scope in tx.reads:
                 real.stamp(scope, epoch, write=False)
         eager = tx.eager_scopes
+        stamp = real.stamp_write
         for scope in tx.effect_scopes:
             # An externalised effect became visible when it ran; a deferred one, at commit.
-            visible = eager.get(scope, commit_seq) if eager else commit_seq
-            real.stamp(scope, epoch, write=True, visible_seq=visible)
+            stamp(scope, epoch, eager.get(scope, commit_seq) if eager else commit_seq)
+        staged = tx.staged
+        if len(staged) == 1:  # one effect: its class says where it goes
+            (only,) = staged.values()
+            cls = only.effect_class
+            if cls is BUFFERABLE:
+                return CommitPlan(txid, epoch, (only,))
+            if cls is IRREVERSIBLE:
+                return CommitPlan(txid, epoch, (), (only,))
+            return CommitPlan(txid, epoch, (), (), (only,))
         apply: list[Effect] = []
         release: list[Effect] = []
         accept: list[Effect] = []
-        for effect in tx.staged.values():
+        for effect in staged.values():
             cls = effect.effect_class
             if cls is BUFFERABLE:
                 apply.append(effect)
@@ -468,6 +732,8 @@ class TransactionManager:
         tx.state = state
         tx.abort_source = source  # type: ignore[assignment]
         tx.abort_detail = detail
+        if self._parked or self._queued:  # it waits for nothing any more
+            self._unpark(tx.txid)
 
     def _abort_plan(self, tx: Transaction) -> AbortPlan:
         compensate: list[Effect] = []
@@ -560,6 +826,8 @@ class TransactionManager:
             tx.state = state  # _mark_aborted, without its frame: the source is known good
             tx.abort_source = _LOSING
             tx.abort_detail = detail
+            if self._parked or self._queued:
+                self._unpark(tx.txid)
             if tx.eager_scopes:  # something was externalised: the driver compensates
                 resolution.compensate.append(self._abort_plan(tx))
             else:
@@ -621,7 +889,7 @@ class TransactionManager:
         eager = tx.eager_scopes
         if eager:
             for scope in eager:
-                real.unregister(scope, tx)
+                real.unregister_eager(scope, tx)
         if committed:
             # Buffered and gated effects landed while the driver carried out the plan, after
             # try_commit: a read since then saw the old value, so it is stale.
@@ -635,7 +903,10 @@ class TransactionManager:
             for effect in residue:
                 for scope in effect.scopes:
                     real.stamp(self.scope(scope), 0, write=True, visible_seq=seq)
-        waiters = self._waiters.pop(tx.txid, None) if self._waiters else None
+        parking = self._parking
+        if self._parked or self._queued or parking.woken:
+            self._unpark(tx.txid)
+        ready = parking.settled(tx.txid) if parking.watchers else []
         group = tx.group
         if group is not None:
             record = self._groups[group]
@@ -650,7 +921,7 @@ class TransactionManager:
             # Its holder keeps the record: not the effects' closures and payloads, which
             # nothing needs once the settlement says what became of them.
             tx.staged = {}
-        return settlement, sorted(waiters) if waiters else []
+        return settlement, ready
 
     def _settlement(
         self,
@@ -665,8 +936,10 @@ class TransactionManager:
         effects = staged.values()
         if not staged:
             pass
-        elif committed and not failed_applies and not tx.eager_scopes and all(
-            e.effect_class is BUFFERABLE for e in effects
+        elif committed and not failed_applies and not tx.eager_scopes and (
+            next(iter(effects)).effect_class is BUFFERABLE
+            if len(staged) == 1
+            else all(e.effect_class is BUFFERABLE for e in effects)
         ):
             applied = tuple(staged)  # the usual commit: every effect buffered, every one landed
         elif committed:
@@ -734,6 +1007,11 @@ class TransactionManager:
             self._deadlines.pop(txid, None)
         else:
             self._deadlines[txid] = deadline
+            heap = self._deadline_heap
+            heapq.heappush(heap, (deadline, txid))
+            if len(heap) > 64 + 2 * len(self._deadlines):  # mostly stale entries: rebuild
+                heap[:] = [(d, t) for t, d in self._deadlines.items()]
+                heapq.heapify(heap)
 
     def done_waiting(self, txid: int) -> None:
         """`txid` no longer waits (it proceeds, or its own driver aborts it): no deadline."""
@@ -757,10 +1035,23 @@ class TransactionManager:
         Strictly past: a live driver wakes at its deadline and settles its own transaction,
         so at the deadline itself the owner always goes first."""
         deadlines = self._deadlines
-        if not deadlines:
+        heap = self._deadline_heap
+        if not deadlines or not heap or heap[0][0] >= now:
             return []
+        due: list[int] = []
+        kept: list[tuple[float, int]] = []
+        while heap and heap[0][0] < now:
+            deadline, txid = heapq.heappop(heap)
+            if deadlines.get(txid) != deadline:
+                continue  # stale: no longer waiting, or waiting until another time
+            if txid == but:
+                kept.append((deadline, txid))
+            else:
+                due.append(txid)
+        for entry in kept:
+            heapq.heappush(heap, entry)
         plans: list[AbortPlan] = []
-        for txid in sorted(t for t, d in deadlines.items() if d < now and t != but):
+        for txid in sorted(set(due)):  # (a deadline set twice is in the heap twice)
             deadline = deadlines.pop(txid)
             tx = self._txs.get(txid)
             if tx is None or tx.finished or tx.state in TERMINAL:

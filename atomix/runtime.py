@@ -15,7 +15,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from atomix.decisions import AbortPlan, CommitPlan, Resolution, Settlement
-from atomix.effects import AbortSource, Effect
+from atomix.effects import REVERSIBLE, AbortSource, Effect
 from atomix.errors import (
     AtomixError,
     CommitIncomplete,
@@ -216,7 +216,13 @@ class Tx(TxSession):
     # The core makes the handle (it is the core's record, see TxSession); the runtime then
     # attaches its driver side, under the lock that began it.
     def _attach(self, rt: Runtime, driver: _SyncDriver, autocommit: bool) -> None:
-        self._bind(rt.coordinator)
+        co = self.co = rt.coordinator  # TxSession._bind, spelled out: one per begin
+        run = co.run_id
+        self.key_prefix = (
+            f"{run}:{self.trace}:{self.epoch}:{self.branch}:"
+            if run
+            else f"{self.trace}:{self.epoch}:{self.branch}:"
+        )
         self.rt = rt
         self._driver = driver
         self._autocommit = autocommit
@@ -246,6 +252,8 @@ class Tx(TxSession):
             if outcome.__class__ is AbortPlan:
                 self._driver.drive(self._abort_and_raise(outcome))
             return outcome
+        if spec.effect is REVERSIBLE and not spec.is_async:  # inline unless it must wait
+            return self.call_now(spec, bound, self._driver)
         return self._driver.drive(self.call_steps(spec, bound, self._driver))
 
     def commit(self) -> Settlement:
@@ -256,6 +264,9 @@ class Tx(TxSession):
                 first = self.co.core.winner(group) is None
             if first:
                 return self.rt.resolve(group, self)[0]
+        done = self.commit_now(self._driver.attempts)  # inline unless it must wait or log
+        if done is not None:
+            return _complete(done)
         return _complete(self._driver.drive(self.commit_steps(self._driver)))
 
     def abort(self, source: AbortSource | str = AbortSource.PRE_COMMIT_VETO, detail: str = "") -> Settlement:
@@ -648,11 +659,13 @@ class Runtime:
             source, detail = lost
             raise TransactionAborted(winner.txid, source or "aborted", detail, done)
         decision = resolution.decision
-        steps = (
-            winner.settle_commit_steps(decision)  # the usual case, one generator layer less
-            if decision.__class__ is CommitPlan
-            else _resume_commit(winner, decision, winner._driver)
-        )
+        if decision.__class__ is CommitPlan:  # the usual case: carried out here, no steps
+            done = winner.settle_commit_now(decision, winner._driver.attempts)  # type: ignore[arg-type]
+            if done is not None:
+                return _complete(done), losers
+            steps = winner.settle_commit_steps(decision)  # type: ignore[arg-type]
+        else:
+            steps = _resume_commit(winner, decision, winner._driver)
         return _complete(winner._driver.drive(steps)), losers
 
     def atransaction(

@@ -20,11 +20,17 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from atomix.decisions import PROCEED, AbortPlan, CommitPlan, Settlement, Wait
-from atomix.effects import AbortSource, Effect, EffectClass
+from atomix.effects import REVERSIBLE, AbortSource, Effect, EffectClass
 from atomix.errors import IllegalTransition, TransactionAborted, UnknownTransaction
 from atomix.manager import RuntimeOptions, TransactionManager
 from atomix.scopes import Scope
-from atomix.settle import CompensationHook, Outcome, StepHook
+from atomix.settle import (
+    CompensationHook,
+    Outcome,
+    StepHook,
+    carry_out_abort,
+    carry_out_commit,
+)
 from atomix.tools import KEY_PARAM, Ack, Call, ToolSpec
 from atomix.transaction import ABORTED, OPEN, Transaction
 
@@ -184,8 +190,23 @@ class TxSession(Transaction):
     def __init__(
         self, txid: int, epoch: int, trace: str, group: str | None = None, branch: int = 0
     ) -> None:
-        Transaction.__init__(self, txid, epoch, trace, group, branch)
-        self.key_prefix = f"{trace}:{epoch}:{branch}:"  # every effect's key starts with it
+        # Transaction.__init__, spelled out: every begin makes one (a branch of K, K of them).
+        self.txid = txid
+        self.epoch = epoch
+        self.trace = trace
+        self.group = group
+        self.branch = branch
+        self.state = OPEN
+        self.reads = {}
+        self.staged = {}
+        self.effect_scopes = set()
+        self.eager_scopes = {}
+        self.abort_source = None
+        self.abort_detail = ""
+        self.duplicates_suppressed = 0
+        self.finished = False
+        self.waited = 0.0
+        self.settlement = None
         # Calls are numbered in the order they reach the shim (next() is atomic, so calls
         # from worker threads get distinct numbers).
         self._ordinal = itertools.count(1)
@@ -193,10 +214,16 @@ class TxSession(Transaction):
         self._undone: list[tuple[AbortPlan, Outcome]] | None = None
 
     def _bind(self, co: Coordinator) -> None:
-        """Attach the coordinator; the key prefix gains the coordinator's run identity."""
+        """Attach the coordinator (every session is bound once, as it is begun) and make the
+        key prefix every effect's key starts with: run:trace:epoch:branch: (paper Table 4,
+        with the coordinator's run identity in front when it has one)."""
         self.co = co
-        if co.run_id:
-            self.key_prefix = f"{co.run_id}:{self.key_prefix}"
+        run = co.run_id
+        self.key_prefix = (
+            f"{run}:{self.trace}:{self.epoch}:{self.branch}:"
+            if run
+            else f"{self.trace}:{self.epoch}:{self.branch}:"
+        )
 
     def key(self, tool: str, part: str) -> str:
         """The idempotency key of one effect: run:trace:epoch:branch:tool:part (paper Table 4,
@@ -349,10 +376,18 @@ class TxSession(Transaction):
         if isinstance(decision, AbortPlan):
             yield from self._abort_and_raise(decision)
 
-    def externalize_steps(self, scopes: Iterable[str | Scope], driver: DriverHooks) -> Steps:
+    def externalize_steps(
+        self,
+        scopes: Iterable[str | Scope],
+        driver: DriverHooks,
+        reads: Iterable[str | Scope] = (),
+    ) -> Steps:
+        """Wait until a reversible effect on `scopes` may run; `reads` (what the call
+        observes first) are read in the same step (see `TransactionManager.externalize`)."""
         scopes = [self.co.scope(s) for s in scopes]
+        observed = [self.co.scope(s) for s in reads]
         decision = yield from self._decide(
-            lambda: self.co.core.externalize(self.txid, scopes),
+            lambda: self.co.core.externalize(self.txid, scopes, observed),
             driver.new_signal,
             driver.now,
             driver.timeout,
@@ -462,7 +497,9 @@ class TxSession(Transaction):
         errors: dict[str, BaseException] | None = None,
     ) -> Settlement:
         co = self.co
-        with co.lock:
+        lock = co.lock
+        lock.acquire()  # (not `with`: see Coordinator.lock)
+        try:
             undone = self._undone
             if undone:  # residue left by savepoint rollbacks changed the world for good too
                 residue = [*(residue or ()), *(e for _, out in undone for e in out.residue)]
@@ -477,6 +514,8 @@ class TxSession(Transaction):
             if undone:
                 _report_rollbacks(settlement, undone, co.core.options.classify_residue)
             co._settled(settlement, woken)
+        finally:
+            lock.release()
         return settlement
 
     # -- the shim -------------------------------------------------------------------------------
@@ -484,9 +523,11 @@ class TxSession(Transaction):
         """One shimmed tool call: register reads, then run, stage or gate by effect class.
 
         A function with an `idempotency_key` parameter gets the effect's key whenever it runs
-        for the effect (applied, released, or executed if reversible).
+        for the effect (applied, released, or executed if reversible). A reversible tool's
+        reads are registered in the step that lets it run (see `externalize_steps`).
         """
-        if spec.reads:
+        reversible = spec.effect is EffectClass.REVERSIBLE
+        if spec.reads and not reversible:
             yield from self.read_steps(spec.read_scopes(args), driver)
         if spec.effect is None:
             return (yield Run(lambda: spec.fn(**args)))
@@ -497,13 +538,29 @@ class TxSession(Transaction):
             return outcome
         scopes = tuple(map(self.co.scope, spec.write_scopes(args)))
         key = self.call_key(spec, args)
-        kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
+        return (yield from self._reversible_steps(spec, args, scopes, key, driver))
+
+    def _reversible_steps(
+        self,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        scopes: tuple[Scope, ...],
+        key: str,
+        driver: DriverHooks,
+    ) -> Steps:
+        """A reversible call with its scopes and key: wait until it may run (reading what it
+        reads in the same step), take the before-image, run it, stage it. `call_now` is the
+        same sequence for a synchronous driver when nothing waits: change both together."""
+        reads = spec.read_scopes(args) if spec.reads else ()
         earlier = self._staged(key)
         if earlier is not None:
             # A duplicated delivery must not run again: only one run would be compensated.
+            if reads:
+                yield from self.read_steps(reads, driver)
             yield from self.stage_steps(earlier)  # the core counts it as a suppressed duplicate
             return earlier.payload.result
-        yield from self.externalize_steps(scopes, driver)
+        yield from self.externalize_steps(scopes, driver, reads)
+        kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
         call = Call(spec.name, args)
         if spec.before is not None:
             call.before = yield Run(lambda: spec.before(**args))  # type: ignore[misc]
@@ -528,6 +585,120 @@ class TxSession(Transaction):
             log.call_returned(self, key, call)
         yield from self.stage_steps(effect)
         return call.result
+
+    # -- inline paths ------------------------------------------------------------------------------
+    # The same sequences as `commit_steps` and `_reversible_steps`, for a synchronous driver
+    # that would carry out every instruction where it stands: when nothing must wait and no
+    # durable log is kept, they run without generators (a commit or a reversible call is
+    # then a few plain calls). Anything else falls back to the steps, which decide again.
+
+    def commit_now(self, attempts: int) -> Settlement | None:
+        """Seal, decide and, if the core commits at once, apply and finish here; raise
+        TransactionAborted (settled) if it aborts. None: drive `commit_steps` instead (a
+        durable log to write first, or a Wait: the steps decide again and wait)."""
+        co = self.co
+        if co.log is not None:
+            return None
+        lock = co.lock
+        lock.acquire()  # (not `with`: see Coordinator.lock)
+        try:
+            self._raise_if_settled()
+            core = co.core
+            if self.state is OPEN:
+                core.seal(self.txid)
+            decision = core.try_commit(self.txid)
+        finally:
+            lock.release()
+        if decision.__class__ is CommitPlan:
+            return self.settle_commit_now(decision, attempts)  # type: ignore[arg-type]
+        if decision.__class__ is AbortPlan:
+            self._abort_now(decision)  # type: ignore[arg-type]
+        return None
+
+    def settle_commit_now(self, plan: CommitPlan, attempts: int) -> Settlement | None:
+        """`settle_commit_steps` carried out here; None when a durable log is kept (drive
+        the steps then: they write its marks)."""
+        if self.co.log is not None:
+            return None
+        outcome = carry_out_commit(plan, attempts=attempts)
+        if not outcome.failed_applies:
+            return self._finish()
+        return self._finish(failed_applies=outcome.failed_applies, errors=outcome.errors)
+
+    def _abort_now(self, plan: AbortPlan) -> None:
+        """`_abort_and_raise` without a log (the caller checked): compensate, finish, raise."""
+        outcome = carry_out_abort(plan)
+        settlement = self._finish(residue=outcome.residue, errors=outcome.errors)
+        raise TransactionAborted(self.txid, plan.source.value, plan.detail, settlement)
+
+    def call_now(self, spec: ToolSpec, args: dict[str, Any], driver: Any) -> Any:
+        """A reversible call for a synchronous driver (`driver.drive` runs steps): inline
+        when the core lets it run at once and no log is kept, else through the steps."""
+        co = self.co
+        if co.log is not None:
+            return driver.drive(self.call_steps(spec, args, driver))
+        template = spec.write_template
+        if template is not None:
+            text = template.format_map(args)
+            scopes: tuple[Scope, ...] = (co._scopes.get(text) or co.scope(text),)
+        else:
+            scopes = tuple(map(co.scope, spec.write_scopes(args)))
+        # self.call_key(spec, args), spelled out as in `defer`
+        if spec.key is None:
+            key = f"{self.key_prefix}{spec.key_head}#{next(self._ordinal)}:{spec.key_of(args)}"
+        else:
+            key = f"{self.key_prefix}{spec.key_head}{spec.key_of(args)}"
+        if spec.reads or key in self.staged:  # reads to resolve, or a duplicated delivery
+            return driver.drive(self._reversible_steps(spec, args, scopes, key, driver))
+        lock = co.lock
+        core = co.core
+        txid = self.txid
+        lock.acquire()
+        try:
+            if self.settlement is not None or self.state is ABORTED:
+                self._raise_if_settled()
+            decision = core.externalize(txid, scopes)
+        finally:
+            lock.release()
+        if decision is not PROCEED:
+            if decision.__class__ is AbortPlan:
+                self._abort_now(decision)  # type: ignore[arg-type]
+            # Wait: the steps decide again (the core parked it meanwhile) and wait.
+            return driver.drive(self._reversible_steps(spec, args, scopes, key, driver))
+        call = Call(spec.name, args)
+        if spec.before is not None:
+            call.before = spec.before(**args)
+        effect = Effect(
+            spec.name, REVERSIBLE, scopes, key, None, partial(spec.compensate, call), None, call
+        )
+        try:
+            call.result = spec.fn(**{**args, KEY_PARAM: key} if spec.wants_key else args)
+        except Exception as exc:
+            call.error = exc  # staged all the same: see _reversible_steps
+            self._stage_now(effect)
+            raise
+        lock.acquire()
+        try:
+            if self.settlement is not None or self.state is ABORTED:
+                self._raise_if_settled()
+            decision = core.stage(txid, effect)
+        finally:
+            lock.release()
+        if decision is not PROCEED:
+            self._abort_now(decision)  # type: ignore[arg-type]
+        return call.result
+
+    def _stage_now(self, effect: Effect) -> None:
+        co = self.co
+        lock = co.lock
+        lock.acquire()
+        try:
+            self._raise_if_settled()
+            decision = co.core.stage(self.txid, effect)
+        finally:
+            lock.release()
+        if decision is not PROCEED:
+            self._abort_now(decision)  # type: ignore[arg-type]
 
     def defer(self, spec: ToolSpec, args: dict[str, Any]) -> Ack | AbortPlan:
         """Stage a bufferable call or queue an irreversible one; no waiting is ever needed,

@@ -9,21 +9,33 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from atomix.decisions import AbortPlan, CommitPlan
 from atomix.effects import Effect
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Outcome:
     """What happened while carrying out a plan."""
 
-    failed_applies: list[Effect] = field(default_factory=list)
-    residue: list[Effect] = field(default_factory=list)
+    failed_applies: list[Effect]
+    residue: list[Effect]
     # Effect key -> the exception that made it a failed apply or residue (the last attempt's).
-    errors: dict[str, BaseException] = field(default_factory=dict)
+    errors: dict[str, BaseException]
+
+    # Written out: one is made per settled transaction, and the generated __init__ calls a
+    # factory per field.
+    def __init__(
+        self,
+        failed_applies: list[Effect] | None = None,
+        residue: list[Effect] | None = None,
+        errors: dict[str, BaseException] | None = None,
+    ) -> None:
+        self.failed_applies = [] if failed_applies is None else failed_applies
+        self.residue = [] if residue is None else residue
+        self.errors = {} if errors is None else errors
 
     def failed(self, effects: Sequence[Effect], exc: BaseException) -> None:
         self.failed_applies.extend(effects)
@@ -81,6 +93,19 @@ def carry_out_commit(
     plan: CommitPlan, *, attempts: int = 3, on_step: StepHook | None = None
 ) -> Outcome:
     outcome = Outcome()
+    apply = plan.apply
+    if on_step is None and not plan.release and len(apply) == 1 and apply[0].batch is None:
+        # The usual small commit, one buffered effect: the loop below, without building steps.
+        effect = apply[0]
+        if effect.apply is not None:
+            for attempt in range(attempts):
+                try:
+                    effect.apply()
+                    break
+                except Exception as exc:  # noqa: BLE001 - retried under its key, as below
+                    if attempt == attempts - 1:
+                        outcome.failed([effect], exc)
+        return outcome
     for step, effects in _steps(plan):
         ok = False
         for attempt in range(attempts):

@@ -28,23 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from atomix.bench import Figure  # one figure type for every suite
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 TRIALS_PER_CORE_TARGET = 150.0
 WALL_PER_CPU_TARGET = 1.5
-
-
-# TODO(integrator): the same dataclass as atomix/bench.py's `Figure` is meant to be; import it
-# from there once it exists, and delete this copy.
-@dataclass(frozen=True)
-class Figure:
-    """One measured figure with its target; `met` is None where no target applies."""
-
-    name: str
-    value: float
-    unit: str
-    target: str
-    met: bool | None
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,8 @@ class TxModeSession(ModeSession):
         tx, ctx, tool, args = self.tx, self.ctx, call.tool, call.args
         env, boundary, site = ctx.env, ctx.boundary, call.op_id
         reads = tool.reads(env, args)
-        if reads:
+        # A reversible call reads in the step that lets it run (one wait, not two).
+        if reads and tool.effect is not EffectClass.REVERSIBLE:
             await self._drive(tx.read_steps(reads, self.driver))
         if tool.effect is None:
             delivery = Delivery(None, ctx.meta(call.op_id, read=True))
@@ -136,7 +137,7 @@ class TxModeSession(ModeSession):
         scopes = tuple(self.trial.co.core.scope(s) for s in tool.writes(env, args))
         delivery = Delivery(key, ctx.meta(call.op_id, epoch=tx.epoch, idem=tool.idempotent))
         if tool.effect is EffectClass.REVERSIBLE:
-            await self._drive(tx.externalize_steps(scopes, self.driver))
+            await self._drive(tx.externalize_steps(scopes, self.driver, reads))
             assert tool.before is not None and tool.undo is not None
             before = tool.before(env, args)
             undo = tool.undo

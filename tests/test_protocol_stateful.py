@@ -59,6 +59,7 @@ class TxModel:
     finished: bool = False
     forgotten: bool = False
     footprint: set[str] = field(default_factory=set)  # scopes the tx was told it may use
+    writes: set[str] = field(default_factory=set)  # of which it writes (staged, externalised)
     eager: set[str] = field(default_factory=set)  # scopes with its externalised effects
     keys: set[str] = field(default_factory=set)
     staged: list[Effect] = field(default_factory=list)  # first of each key, in order
@@ -95,7 +96,13 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.version_time: dict[tuple[str, tuple[int, str, int, int]], int] = {}
         # (leaf, value) an aborted transaction left in the world when a compensation failed
         self.residue: set[tuple[str, tuple[int, str, int, int]]] = set()
-        self.waiting_on: dict[int, set[int]] = {}  # blocker -> txs told to wait for it
+        # waiter -> what its last Wait parked it on (`wake_on`) that has not settled yet, until
+        # it is decided again, aborts or finishes; a settle wakes only the waiters it was the
+        # last of these for.
+        self.parked: dict[int, set[int]] = {}
+        # waiter parked at externalize -> the scopes it waits to externalise: a read does not
+        # overtake an earlier one (as no reader overtakes a queued writer in a fair lock)
+        self.queued: dict[int, set[str]] = {}
         self.commits: list[tuple[int, int, int]] = []  # (time, txid, epoch) of each commit
         self.stale_aborts = 0
         self.late_accesses = 0  # accesses to a scope where a later epoch already committed
@@ -147,16 +154,58 @@ class ProtocolMachine(RuleBasedStateMachine):
         return self.mgr.get(tx.txid).state.value
 
     # -- expectations the driver computes itself -------------------------------------------------
-    def expected_blockers(self, tx: TxModel, scopes: set[str]) -> set[int]:
+    def expected_blockers(self, tx: TxModel, scopes: set[str], writes: set[str]) -> set[int]:
+        """Earlier unsettled transactions of another group whose access to `scopes` conflicts
+        with tx's: they overlap and at least one of the two writes (`writes`: the ones of
+        `scopes` tx writes). Reads never conflict with reads."""
         earlier = {
             o.txid
             for o in self.txs.values()
             if o.epoch < tx.epoch
             and not o.finished
-            and (tx.group is None or o.group != tx.group)
-            and any(overlaps(a, b) for a in scopes for b in o.footprint)
+            # a sibling branch is no blocker while it speculates; once it has committed (the
+            # group's winner, still settling) it is one like any other
+            and (tx.group is None or o.group != tx.group or o.state == "committed")
+            and any(
+                overlaps(a, b) and (a in writes or b in o.writes)
+                for a in scopes
+                for b in o.footprint
+            )
         }
         return earlier | self.compensating_siblings(tx, scopes)
+
+    def unpark(self, tx: TxModel) -> None:
+        self.parked.pop(tx.txid, None)
+        self.queued.pop(tx.txid, None)
+
+    def read_blockers(self, tx: TxModel, scope: str) -> set[int]:
+        """What a read of `scope` waits for: an earlier unsettled eager effect of another
+        group there, or an earlier transaction of another group queued to externalise there."""
+        def earlier_other(o: TxModel) -> bool:
+            return (
+                o is not tx
+                and not o.finished
+                and o.epoch < tx.epoch
+                and (tx.group is None or o.group != tx.group)
+            )
+
+        eager = {o.txid for o in self.txs.values() if earlier_other(o) and any(overlaps(scope, s) for s in o.eager)}
+        queued = {
+            t for t, scopes in self.queued.items()
+            if earlier_other(self.txs[t]) and any(overlaps(scope, s) for s in scopes)
+        }
+        return eager | queued
+
+    def woken_by(self, txid: int) -> set[int]:
+        """The waiters whose last unsettled blocker was `txid`, which just settled."""
+        woken = set()
+        for waiter, left in list(self.parked.items()):
+            if txid in left:
+                left.discard(txid)
+                if not left:
+                    woken.add(waiter)
+                    del self.parked[waiter]
+        return woken
 
     def compensating_siblings(self, tx: TxModel, scopes: set[str]) -> set[int]:
         """Aborted branches of tx's group whose compensations on its scopes are pending."""
@@ -187,8 +236,13 @@ class ProtocolMachine(RuleBasedStateMachine):
             # (which never waits itself, so no cycle can form)
             assert b.epoch < tx.epoch or b.txid in siblings, f"tx {tx.txid} (epoch {tx.epoch}) waits on later {b}"
             assert b.epoch == self.txs[b.txid].epoch
-            self.waiting_on.setdefault(b.txid, set()).add(tx.txid)
         assert {b.txid for b in decision.blockers} == expected
+        # it wakes on some of its blockers, the latest among them (which settles last when
+        # they settle in epoch order); so once all its blockers settled, it was woken
+        latest = max(decision.blockers, key=lambda b: b.epoch).txid
+        assert latest in decision.wake_on and set(decision.wake_on) <= expected
+        self.parked[tx.txid] = set(decision.wake_on)
+        self.queued.pop(tx.txid, None)  # queued again below if it waits to externalise
 
     def expect_illegal(self, tx: TxModel, call) -> None:  # noqa: ANN001
         before = self.state_of(tx)
@@ -211,15 +265,17 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert list(plan.drop) == [e for e in tx.staged if e.effect_class is not EffectClass.REVERSIBLE]
         tx.state = "aborted"
         tx.plan = plan
+        self.unpark(tx)
         self.stale_aborts += plan.source is AbortSource.STALE_READ
 
     def decided(self, tx: TxModel, decision: CommitPlan | Wait | AbortPlan) -> None:
         """The answer to a commit attempt of a sealed or waiting transaction."""
-        expected = self.expected_blockers(tx, tx.footprint)
+        expected = self.expected_blockers(tx, tx.footprint, tx.writes)
         if isinstance(decision, Wait):
             self.check_wait(tx, decision, expected)
             tx.state = "waiting"
             return
+        self.unpark(tx)
         # liveness: with every earlier overlapping transaction settled, no Wait
         assert not expected, f"tx {tx.txid} got {type(decision).__name__} despite {expected}"
         if isinstance(decision, AbortPlan):
@@ -286,28 +342,21 @@ class ProtocolMachine(RuleBasedStateMachine):
         self._read(self.accessor(i, after_seal), scope, value)
 
     def _read(self, tx: TxModel, scope: str, then_write: int | None) -> None:
-        eager_owners = {
-            o.txid
-            for o in self.txs.values()
-            if o is not tx and not o.finished and any(overlaps(scope, s) for s in o.eager)
-        }
+        expected = self.read_blockers(tx, scope)
         self.note_access(tx, scope)
         decision = self.mgr.read(tx.txid, [scope])
         if tx.state != "open":
             self.aborted(tx, decision, AbortSource.SEAL_VIOLATION)
         elif isinstance(decision, Proceed):
+            self.unpark(tx)
             tx.footprint.add(scope)
             self.observe(tx.txid, scope)
             if then_write is not None:
                 key = f"{tx.txid}:rmw{self.serial}"
                 self._stage(tx, self.buffered_write(tx.txid, scope, then_write, key))
         elif isinstance(decision, Wait):
-            # only an earlier, unsettled eager effect of another group holds a read up
-            expected = {
-                o for o in eager_owners
-                if self.txs[o].epoch < tx.epoch
-                and (tx.group is None or self.txs[o].group != tx.group)
-            }
+            # only an earlier eager effect or queued externalisation of another group holds
+            # a read up: never another read
             self.check_wait(tx, decision, expected)
         else:
             self.aborted(tx, decision, AbortSource.STALE_READ)
@@ -326,6 +375,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 tx.keys.add(effect.key)
                 tx.staged.append(effect)
                 tx.footprint.update(str(s) for s in effect.scopes)
+                tx.writes.update(str(s) for s in effect.scopes)
         else:
             assert effect.effect_class is not EffectClass.REVERSIBLE
             self.aborted(tx, decision, AbortSource.STALE_READ)
@@ -355,23 +405,40 @@ class ProtocolMachine(RuleBasedStateMachine):
         self._stage(tx, Effect("send", EffectClass.IRREVERSIBLE, (SCOPE[to],), ekey, apply=release))
 
     @precondition(has_live_tx)
-    @rule(i=st.integers(0, 63), scope=st.sampled_from(WRITABLE), value=st.integers(0, 9), after_seal=VIOLATE)
-    def externalize_write(self, i: int, scope: str, value: int, after_seal: bool) -> None:
+    @rule(
+        i=st.integers(0, 63),
+        scope=st.sampled_from(WRITABLE),
+        value=st.integers(0, 9),
+        after_seal=VIOLATE,
+        read_first=st.booleans(),
+    )
+    def externalize_write(
+        self, i: int, scope: str, value: int, after_seal: bool, read_first: bool = False
+    ) -> None:
+        """A reversible write; with `read_first`, a read-modify-write tool that observes the
+        scope in the same step (`externalize(..., reads=...)`): the write's wait (for every
+        earlier holder) covers the read's."""
         tx = self.accessor(i, after_seal)
         self.note_access(tx, scope)
-        decision = self.mgr.externalize(tx.txid, [scope])
+        expected = self.expected_blockers(tx, {scope}, {scope})
+        decision = self.mgr.externalize(tx.txid, [scope], reads=[scope] if read_first else ())
         if tx.state != "open":
             self.aborted(tx, decision, AbortSource.SEAL_VIOLATION)
             return
         if isinstance(decision, Wait):
-            self.check_wait(tx, decision, self.expected_blockers(tx, {scope}))
+            self.check_wait(tx, decision, expected)
+            self.queued[tx.txid] = {scope}
             return
         if isinstance(decision, AbortPlan):
             self.aborted(tx, decision, AbortSource.STALE_READ)
             return
         assert isinstance(decision, Proceed)
+        self.unpark(tx)
+        if read_first:
+            self.observe(tx.txid, scope)
         tx.eager.add(scope)
         tx.footprint.add(scope)
+        tx.writes.add(scope)
         # the driver runs the reversible effect now, remembering what it overwrote
         version = self.new_version(tx.txid, "reversible", value)
         before = {leaf: self.world[leaf] for leaf in COVERED[scope]}
@@ -505,7 +572,8 @@ class ProtocolMachine(RuleBasedStateMachine):
                 self.events.append(Event(tx.finish_time, tx.txid, "x", leaf, self.world[leaf]))
                 if self.world[leaf][0] == tx.txid:  # (a later compensation may have undone it)
                     self.residue.add((leaf, self.world[leaf]))
-        assert set(woken) == self.waiting_on.pop(tx.txid, set())
+        self.unpark(tx)
+        assert set(woken) == self.woken_by(tx.txid)
         for txid in woken if wake else ():
             waiter = self.txs[txid]
             if waiter.state == "waiting" and self.may_commit(waiter):
@@ -539,7 +607,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         tx.state = "aborted"
         tx.finished = True
         tx.finish_time = self.tick()
-        return self.waiting_on.pop(tx.txid, set())
+        self.unpark(tx)
+        return self.woken_by(tx.txid)
 
     def live_groups(self) -> list[str]:
         return sorted(
@@ -655,7 +724,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert all(b.epoch < tx.epoch or b.txid in siblings for b in got)
             # liveness (no blockers once earlier overlapping work settled) and safety (every
             # unsettled earlier overlapping transaction of another group is one)
-            assert {b.txid for b in got} == self.expected_blockers(tx, tx.footprint)
+            assert {b.txid for b in got} == self.expected_blockers(tx, tx.footprint, tx.writes)
 
     @invariant()
     def aborted_effects_never_visible(self) -> None:
