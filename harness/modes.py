@@ -25,6 +25,8 @@ from harness.tooling import Delivery, ToolCall, ToolError
 # Modules that register modes; adding a mechanism means adding a module and a line here.
 MODE_MODULES: tuple[str, ...] = (
     "harness.tx_mode",
+    "harness.tx_flat_scopes",
+    "harness.tx_frontier_fault",
     "baselines.no_tx",
     "baselines.retry_only",
     "baselines.saga",

@@ -20,14 +20,23 @@ trials, the paper's value is approximate (``~50``), or a trial count differs (an
 
 ``--quick`` runs every config with N = ``quick_trials(trials)``: a fifth of the config's
 trials, at least ``QUICK_FLOOR`` and never more than the config's own.
+
+A table of wall-clock timings (Table 17) cannot come from trial records, which must be the
+same for the same seed: it is measured by a benchmark (``BENCHMARKS``) in a fresh process,
+with the paper's N, and judged by the timing rule (``judge_timing``, ``TIMING_RULE``).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
+import os
+import platform
 import resource
+import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +62,7 @@ from harness.paper import PaperCell, cells_by_table, half_unit, split_part, tabl
 from harness.yamlload import MAX_BYTES, YamlInputError, load_yaml
 
 __all__ = [
+    "BENCHMARKS",
     "NOTES_PATH",
     "QUICK_DIVISOR",
     "QUICK_FLOOR",
@@ -62,6 +72,7 @@ __all__ = [
     "Source",
     "Verdict",
     "judge",
+    "judge_timing",
     "load_notes",
     "measure",
     "overlap_problems",
@@ -623,6 +634,7 @@ class Section:
     lines: list[Line]
     variant: str = ""
     configs: list[str] = field(default_factory=list)
+    interval: str = "95% CI"  # what the bracket beside our value is
 
     def counts(self) -> dict[str, int]:
         out = {REPRODUCED: 0, DIFFERS: 0, UNEXPLAINED: 0, NOT_COMPARABLE: 0}
@@ -752,7 +764,140 @@ def compare_table(
         if line.verdict.kind == DIFFERS:
             line.note = find_note(notes, table, base.row, base.column, src.name)
     names = [s.name for s in pool]
-    return Section(table, lines, variant.entries(table)[0][1].variant if variant else "", names)
+    # A config may map a table and, in another entry, a variant of it: label the variant's.
+    label = next((e.variant for _, e in variant.entries(table) if e.variant), "") if variant else ""
+    return Section(table, lines, label, names)
+
+
+# --------------------------------------------------------------------------- benchmarks
+
+#: A timing is reproduced when ours is within this factor of the paper's, either way.
+TIMING_FACTOR = 3.0
+#: Repeats of a benchmark's measurement (each with the paper's N): full, --quick.
+BENCH_REPEATS = (5, 3)
+BENCH_DIR = "benchmarks"
+
+TIMING_RULE = (
+    "**Timings** (Table 17, µs) cannot come from trial records, which are the same for the "
+    "same seed: `atomix reproduce` measures them with `atomix.bench` in a fresh process, with "
+    f"the paper's N (runs per row), repeated {BENCH_REPEATS[0]} times ({BENCH_REPEATS[1]} "
+    "with --quick); ours is the median of the repeats' figures, shown with their range. Two "
+    "machines' wall-clock figures differ by their speed and load, so a timing is "
+    f"**reproduced** when 1/{TIMING_FACTOR:g} <= ours / paper <= {TIMING_FACTOR:g} and "
+    "**differs** otherwise (the machine, its load and the measurement file are listed under "
+    "Runs; delete that file to measure again)."
+)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A paper table measured by a timing benchmark rather than by trial records. `measure`
+    (runs, repeats) returns, per paper row and column label, one figure per repeat; `row_name`
+    says what a row label is (Table 17's rows are K)."""
+
+    table: int
+    name: str
+    runs: int
+    measure: Callable[[int, int], dict[str, dict[str, list[float]]]]
+    row_name: str = "row"
+
+
+_SPECULATION_COLUMNS = {"setup": "Setup (μs)", "commit": "Commit (μs)", "total": "Total (μs)", "p99": "p99 (μs)"}
+
+
+def speculation_latency(runs: int, repeats: int) -> dict[str, dict[str, list[float]]]:
+    """Table 17 by `atomix.bench.speculation_table`, in a fresh process (so that this one's
+    heap and caches neither slow nor flatter it): row K -> column -> one figure per repeat."""
+    root = Path(__file__).resolve().parents[1]
+    code = (
+        "import json, sys, atomix.bench as b; "
+        "json.dump(b.speculation_table(int(sys.argv[1]), int(sys.argv[2])), sys.stdout)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", code, str(runs), str(repeats)],
+                          capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise RunError(f"the speculation benchmark failed: {proc.stderr.strip()[-2000:]}")
+    table = json.loads(proc.stdout)
+    return {
+        k: {_SPECULATION_COLUMNS[name]: [rep[name] for rep in reps] for name in _SPECULATION_COLUMNS}
+        for k, reps in table.items()
+    }
+
+
+#: Paper tables measured by a benchmark, not by a config's trials.
+BENCHMARKS: dict[int, Benchmark] = {
+    17: Benchmark(17, "atomix.bench speculation_table", 200, speculation_latency, row_name="K"),
+}
+
+
+def judge_timing(paper: PaperCell, ours: float) -> Verdict:
+    """The timing rule (`TIMING_RULE`) for one paper cell and our figure, both in µs."""
+    if paper.value.strip().startswith("~"):
+        return Verdict(NOT_COMPARABLE, f"the paper's value {paper.value} is approximate")
+    if math.isnan(ours) or paper.number <= 0:
+        return Verdict(NOT_COMPARABLE, "no figure to compare")
+    ratio = ours / paper.number
+    shown = f"ours / paper = {ratio:.2g}"
+    if 1 / TIMING_FACTOR <= ratio <= TIMING_FACTOR:
+        return Verdict(REPRODUCED, f"{shown}, within a factor of {TIMING_FACTOR:g}")
+    return Verdict(DIFFERS, f"{shown}, {'below' if ratio < 1 else 'above'} a factor of {TIMING_FACTOR:g}")
+
+
+def _machine() -> dict[str, Any]:
+    load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    return {"python": sys.version.split()[0], "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "load_average": load}
+
+
+def run_benchmark(bench: Benchmark, out: Path, quick: bool,
+                  say: Callable[[str], None] = lambda _: None) -> tuple[Path, dict[str, Any]]:
+    """The benchmark's measurement file under `out` (reused when it has the same runs and
+    repeats), measuring now if there is none."""
+    repeats = BENCH_REPEATS[1] if quick else BENCH_REPEATS[0]
+    path = Path(out) / BENCH_DIR / f"table{bench.table}.json"
+    if path.is_file():
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            found = None
+        if isinstance(found, dict) and found.get("runs") == bench.runs and found.get("repeats") == repeats:
+            say(f"Table {bench.table}: measurement {path} reused")
+            return path, found
+    say(f"Table {bench.table}: {bench.name}, {bench.runs} runs per row x {repeats} repeats")
+    before = _machine()
+    figures = bench.measure(bench.runs, repeats)
+    data = {"table": bench.table, "benchmark": bench.name, "runs": bench.runs, "repeats": repeats,
+            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": before,
+            "load_average_after": _machine()["load_average"], "figures": figures}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
+    return path, data
+
+
+def benchmark_section(bench: Benchmark, data: Mapping[str, Any], notes: Sequence[Note]) -> Section:
+    """A benchmark table's comparison: every paper cell judged by `judge_timing`."""
+    figures: Mapping[str, Mapping[str, list[float]]] = data["figures"]
+    lines: list[Line] = []
+    for base, occurrence, parts in _judged_cells(cells_by_table()[bench.table], {}):
+        line = Line(row=base.row, occurrence=occurrence, column=base.column,
+                    paper=_paper_text(base, parts), paper_n=str(base.n) if base.n else "—")
+        lines.append(line)
+        values = figures.get(base.row, {}).get(base.column)
+        if not values:
+            line.verdict = Verdict(NOT_COMPARABLE, f"{bench.name} gives no figure for this cell")
+            continue
+        ours = statistics.median(values)
+        line.ours = f"{_num(ours)} [{_num(min(values))}, {_num(max(values))}]"
+        line.ours_n = f"{data['runs']} x {data['repeats']}"
+        line.where = f"{bench.name}: {bench.row_name} = {base.row}"
+        line.verdict = judge_timing(base, ours)
+        if line.verdict.kind == DIFFERS:
+            line.note = find_note(notes, bench.table, base.row, base.column, None)
+    return Section(bench.table, lines, configs=[bench.name], interval="range of the repeats")
 
 
 # --------------------------------------------------------------------------- the file
@@ -816,7 +961,7 @@ def _section_markdown(section: Section) -> list[str]:
         f"{f' ({counts[UNEXPLAINED]} {UNEXPLAINED})' if counts[UNEXPLAINED] else ''}, "
         f"not comparable {counts[NOT_COMPARABLE]}."
     )
-    out += ["", "| paper row | paper column | paper | ours [95% CI] | our mode, cell | N paper / ours | verdict |"]
+    out += ["", f"| paper row | paper column | paper | ours [{section.interval}] | our mode, cell | N paper / ours | verdict |"]
     out.append("| :--- | :--- | ---: | ---: | :--- | ---: | :--- |")
     footnotes: list[Note] = []
     for line in section.lines:
@@ -860,8 +1005,10 @@ def render(
     when: str | None = None,
     rev: str | None = None,
     not_run: Mapping[str, str] | None = None,
+    benchmarks: Mapping[str, str] | None = None,
 ) -> str:
-    """REPRODUCTION.md: header, rule, summary, then each table in order with its variants."""
+    """REPRODUCTION.md: header, rule, summary, then each table in order with its variants.
+    `benchmarks`: name -> what was measured where (listed under Runs)."""
     when = when or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     mode = (
         f"quick (N per cell and mode = a fifth of each config's trials, at least {QUICK_FLOOR}, "
@@ -888,17 +1035,22 @@ def render(
         "",
         RULE,
         "",
+        TIMING_RULE,
+        "",
         "## Runs",
         "",
         "| config | run | N per cell and mode |",
         "| :--- | :--- | ---: |",
     ]
     for name, (run_dir, config) in sorted(runs.items()):
-        shown = run_dir.relative_to(out) if run_dir.is_relative_to(out) else run_dir
+        base = out.resolve()  # runs are listed relative to the output directory
+        shown = run_dir.resolve().relative_to(base) if run_dir.resolve().is_relative_to(base) else run_dir
         lines.append(f"| `{name}` | `{shown}` | {config.trials} |")
     for name, why in sorted((not_run or {}).items()):
         lines.append(f"| `{name}` | not run: {_md(why)} | — |")
-    if not runs and not not_run:
+    for name, what in sorted((benchmarks or {}).items()):
+        lines.append(f"| `{name}` (benchmark) | {_md(what)} | see the table |")
+    if not runs and not not_run and not benchmarks:
         lines.append("| — | — | — |")
     lines += [
         "",
@@ -985,7 +1137,20 @@ def reproduce(
         runs[src.name] = (run_dir, src.config)
         measurers[src.name] = Measurer(load_run(run_dir).records)
     sections: list[Section] = []
+    measured: dict[str, str] = {}
     for table in wanted:
+        if table in BENCHMARKS:
+            bench = BENCHMARKS[table]
+            path, data = run_benchmark(bench, out, quick, say)
+            machine = data["machine"]
+            shown = path.relative_to(out) if path.is_relative_to(out) else path
+            measured[bench.name] = (
+                f"`{shown}`: {data['date']}, Python {machine['python']}, {machine['cpus']} CPUs "
+                f"({machine['processor']}), load average {machine['load_average']} before and "
+                f"{data['load_average_after']} after"
+            )
+            sections.append(benchmark_section(bench, data, notes))
+            continue
         sections.append(compare_table(table, srcs, measurers, notes, not_run=not_run))
         for src in srcs:
             if any(e.variant for _, e in src.entries(table)):
@@ -995,7 +1160,7 @@ def reproduce(
     wall, cpu = time.perf_counter() - start_wall, _cpu_s() - start_cpu
     text = render(
         sections, runs, command=command, quick=quick, out=out, wall_s=wall, cpu_s=cpu,
-        not_run=not_run,
+        not_run=not_run, benchmarks=measured,
     )
     out.mkdir(parents=True, exist_ok=True)
     path = out / REPORT_NAME

@@ -11,6 +11,15 @@ WORKLOADS: dict[str, tuple[str, str]] = {
     "tau_retail": ("harness.workloads.retail.workload", "TauRetailWorkload"),
     "tau_contention": ("harness.workloads.retail.workload", "TauContentionWorkload"),
     "leakage": ("harness.workloads.leakage", "LeakageWorkload"),
+    "webshop": ("harness.workloads.webshop", "WebshopWorkload"),
+    "desktop": ("harness.workloads.desktop", "DesktopWorkload"),
+    "aliasing": ("harness.workloads.aliasing", "AliasingWorkload"),
+    "annotation_errors": ("harness.workloads.annotation_errors", "AnnotationErrorsWorkload"),
+    "crash_windows": ("harness.workloads.crash_windows", "CrashWindowsWorkload"),
+    "integration_cost": ("harness.workloads.integration_cost", "IntegrationCostWorkload"),
+    "speculation": ("harness.workloads.speculation", "SpeculationWorkload"),
+    "granularity": ("harness.workloads.granularity", "GranularityWorkload"),
+    "frontier_contract": ("harness.workloads.frontier_contract", "FrontierContractWorkload"),
 }
 
 

@@ -19,6 +19,15 @@ Parameters (`params.*` in a config):
   mode-independent abort source that leaves the fault stream F3-only; mixing in F1 instead
   would make aborts depend on retries being exhausted (rare at low fp) and put F1 failures
   into the F3 column.
+- `min_bookings` (default 0): every plan holds at least this many reversible bookings
+  (inserted at random places, beyond the 6-12 drawn calls). An abort compensates only what
+  was externalised; Atomix buffers and gates everything but reversible effects, so a vetoed
+  plan without a booking gives tx-full nothing to compensate and F3 nothing to fail: with
+  one booking per plan, the condition F3 names can occur in every trial under every mode
+  that compensates.
+- `sends` (default true): false draws no irreversible sends. A send that an abort cannot
+  call back is a leak, not a failed compensation; leaving sends out of a vetoed plan keeps
+  leaks out of a column that measures compensation failures.
 """
 
 from __future__ import annotations
@@ -183,10 +192,11 @@ TOOLS: dict[str, ToolDef] = {
 }
 
 _WRITES = ("buf_put", "buf_add", "fs_write", "fs_append", "db_put", "db_incr", "book", "send")
+_WRITES_WITHOUT_SENDS = tuple(k for k in _WRITES if k != "send")
 
 
-def _random_step(rng: random.Random, agent: str, i: int) -> list[Step]:
-    kind = rng.choice(_WRITES)
+def _random_step(rng: random.Random, agent: str, i: int, kinds: tuple[str, ...] = _WRITES) -> list[Step]:
+    kind = rng.choice(kinds)
     n = rng.randrange(4)
     if kind == "buf_put":
         return [Step("buf_put", {"name": f"k{n}", "value": f"{agent}-{i}"})]
@@ -205,18 +215,30 @@ def _random_step(rng: random.Random, agent: str, i: int) -> list[Step]:
     return [Step("send", {"to": f"user{n}@example.com", "subject": f"step {i}", "body": f"from {agent}"})]
 
 
-def make_task(rng: random.Random, agent: str, task_id: str, *, min_calls: int = 6, max_calls: int = 12) -> Task:
+def make_task(
+    rng: random.Random, agent: str, task_id: str, *, min_calls: int = 6, max_calls: int = 12,
+    min_bookings: int = 0, sends: bool = True,
+) -> Task:
+    """A random plan of `min_calls` to `max_calls` calls; with `min_bookings`, reversible
+    bookings are inserted at random places until it holds that many; without `sends`, no
+    irreversible send. With the defaults the draws are exactly those of the plain plan."""
+    kinds = _WRITES if sends else _WRITES_WITHOUT_SENDS
     target = rng.randint(min_calls, max_calls)
     steps: list[Step] = []
     while len(steps) < target:
-        for step in _random_step(rng, agent, len(steps)):
+        for step in _random_step(rng, agent, len(steps), kinds):
             if len(steps) < target:
                 steps.append(step)
+    for n in range(min_bookings - sum(step.tool == "book" for step in steps)):
+        steps.insert(rng.randint(0, len(steps)), Step("book", {"slot": rng.randrange(4), "who": f"{agent}-b{n}"}))
     return Task(task_id, tuple(steps))
 
 
 def setup(env: TrialEnv) -> None:
-    """Initial state, written directly (no agent, so the oracle ignores these ops)."""
+    """Initial state, written directly (no agent, so the oracle ignores these ops). Every
+    table exists from the start, so a row written and then undone leaves the database as it
+    was, not with an extra empty table that no goal state has."""
+    env.db.ensure_table("rows")
     env.db.put_many(
         [("slots", n, {"left": 3, "holders": []}) for n in range(4)]
         + [("counters", n, 10 * n) for n in range(4)]
@@ -250,6 +272,8 @@ class SyntheticParams(WorkloadParams):
     agents: int = Field(1, ge=1, le=64)
     step_retries: int = Field(2, ge=0, le=20)
     veto_rate: float = Field(0.0, ge=0.0, le=1.0)
+    min_bookings: int = Field(0, ge=0, le=12)
+    sends: bool = True
 
 
 class SyntheticWorkload:
@@ -262,7 +286,8 @@ class SyntheticWorkload:
 
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
         p = SyntheticParams.model_validate(params)
-        tasks = [make_task(rng, f"a{i}", f"t{trial}-{i}") for i in range(p.agents)]
+        tasks = [make_task(rng, f"a{i}", f"t{trial}-{i}", min_bookings=p.min_bookings, sends=p.sends)
+                 for i in range(p.agents)]
         if p.veto_rate > 0.0:
             # Drawn after the plans, so the plans are the same whatever the veto rate.
             vetoes = [rng.random() < p.veto_rate for _ in tasks]
