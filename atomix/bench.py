@@ -563,13 +563,13 @@ def harness_scaling(
     `params.agents`, in this process; None when the harness is not importable (the runtime
     installed on its own)."""
     try:
+        from harness.bench import configs_dir
         from harness.config import load_config
         from harness.runner import plan
         from harness.trial import run_trial
     except ImportError:
         return None
-    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-    path = os.path.join(root, f"{config}.yaml")
+    path = configs_dir() / f"{config}.yaml"
 
     def cpu_per_trial(n: int, count: int) -> float:
         loaded = load_config(

@@ -30,8 +30,17 @@ from typing import Any
 
 from atomix.bench import Figure  # one figure type for every suite
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs"
+
+def configs_dir() -> Path:
+    """The experiment configs: `configs/` in the working directory (a checkout, as the README
+    runs it), else next to this source tree (an editable install run from elsewhere)."""
+    for candidate in (Path.cwd() / "configs", Path(__file__).resolve().parents[1] / "configs"):
+        if (candidate / "tau_retail.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(
+        "no configs/ directory with tau_retail.yaml here or beside the source: run the "
+        "benchmark from the project's checkout"
+    )
 TRIALS_PER_CORE_TARGET = 150.0
 WALL_PER_CPU_TARGET = 1.5
 
@@ -97,7 +106,7 @@ def _measure_in_child(config: Path, trials: int, overrides: dict[str, Any] | Non
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(config), str(trials), json.dumps(overrides or {})],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=configs_dir().parent, capture_output=True, text=True, check=False,
     )
     if done.returncode != 0:
         raise RuntimeError(f"benchmark run of {config} failed:\n{done.stderr[-2000:]}")
@@ -110,7 +119,7 @@ def suite_figures(quick: bool = True) -> list[Figure]:
     of 5."""
     reps = 3 if quick else 5
     retail_trials = 10 if quick else 30  # x 3 cells x 8 modes
-    retail = [_measure_in_child(CONFIGS / "tau_retail.yaml", retail_trials) for _ in range(reps)]
+    retail = [_measure_in_child(configs_dir() / "tau_retail.yaml", retail_trials) for _ in range(reps)]
     per_core = statistics.median(c.trials_per_cpu_s for c in retail)
     figures = [Figure(
         f"tau_retail trials per CPU-second (jobs 1; {retail[0].trials} trials, median of {reps})",
@@ -120,7 +129,7 @@ def suite_figures(quick: bool = True) -> list[Figure]:
     # x 15 cells x 11 modes, and x 5 cells x 11 modes
     disk_heavy = [("synthetic_fault_class", 1 if quick else 10), ("leakage", 2 if quick else 20)]
     for name, trials in disk_heavy:
-        costs = [_measure_in_child(CONFIGS / f"{name}.yaml", trials) for _ in range(reps)]
+        costs = [_measure_in_child(configs_dir() / f"{name}.yaml", trials) for _ in range(reps)]
         ratio = statistics.median(c.wall_per_cpu for c in costs)
         unqueued = statistics.median(c.wall_per_cpu_without_wait for c in costs)
         label = f"{name} ({costs[0].trials} trials, median of {reps})"
@@ -133,7 +142,7 @@ def suite_figures(quick: bool = True) -> list[Figure]:
                 statistics.median(c.trials_per_cpu_s for c in costs), 1), "trials/s per core",
                 "none", None),
         ]
-    durable = _measure_in_child(CONFIGS / "synthetic_fault_class.yaml", disk_heavy[0][1],
+    durable = _measure_in_child(configs_dir() / "synthetic_fault_class.yaml", disk_heavy[0][1],
                                 {"durable": True})
     figures.append(Figure(
         "synthetic_fault_class with durable: true: wall without run-queue wait / CPU time",
