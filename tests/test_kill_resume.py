@@ -28,14 +28,16 @@ CONFIG: dict[str, Any] = {
     "name": "killme",
     "workload": "synthetic",
     "seed": 17,
-    "trials": 75,
+    # Enough trials that a run lasts seconds (throwaway stores in RAM make a synthetic trial
+    # take a few ms), so that each of the kills below cuts a live run.
+    "trials": 600,
     "modes": ["tx-full", "no-tx"],
     "faults": {"classes": "mixed"},
     "labels": {"faults.rate": "fp"},
     "grid": {"faults.rate": [0.1, 0.3]},
     "report": {"tables": [{"name": "clean", "metric": "clean", "columns": ["fp"]}], "plots": []},
 }
-TOTAL = 75 * 2 * 2
+TOTAL = 600 * 2 * 2
 KILLS = 5
 
 
@@ -140,6 +142,9 @@ def test_sigkill_at_random_moments_of_a_two_worker_run_loses_and_duplicates_noth
         while count_lines(run_dir) <= before and proc.poll() is None and time.time() < deadline:
             time.sleep(0.01)
         time.sleep(rng.uniform(0.0, 0.6))
+        if proc.poll() is not None:  # (poll reaps it: a kill now would find no process)
+            _, err = proc.communicate(timeout=60)
+            pytest.fail(f"the run finished before kill {kills + 1}: exit {proc.returncode}: {err}")
         os.kill(proc.pid, signal.SIGKILL)  # the parent only, like the OOM killer
         proc.communicate(timeout=30)
         kills += 1
