@@ -22,23 +22,17 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field
-
-from harness.agent import AgentPolicy
-from harness.workloads.base import Scenario, WorkloadParams
+from harness.workloads.base import Scenario
 from harness.workloads.desktop import apps
 from harness.workloads.desktop.tasks import goal_state, task_bank
 from harness.workloads.desktop.tools import TOOLS
+from harness.workloads.scripted import ScriptedParams, scripted_scenario
 
 __all__ = ["TOOLS", "DesktopParams", "DesktopWorkload"]
 
 
-class DesktopParams(WorkloadParams):
+class DesktopParams(ScriptedParams):
     """`params` of the desktop proxy workload (see the module docstring)."""
-
-    tasks: int = Field(30, ge=20, le=40)
-    task_seed: int = Field(0, ge=0, le=2**31 - 1)
-    step_retries: int = Field(2, ge=0, le=20)
 
 
 class DesktopWorkload:
@@ -53,13 +47,6 @@ class DesktopWorkload:
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
         p = DesktopParams.model_validate(params)
         scripted = task_bank(p.tasks, p.task_seed)[trial % p.tasks]
-        task = scripted.task
-        return Scenario(
-            tasks=[task],
-            setup=apps.setup,
-            expected=lambda: goal_state(task),
-            # A desktop agent reads an error dialog (no such file, text not found) and goes on.
-            policy=AgentPolicy(step_retries=p.step_retries, tool_errors_fatal=False),
-            final=lambda env: {"task": task.task_id, "kind": scripted.kind, "request": scripted.request},
-            info={"task": task.task_id, "kind": scripted.kind},
+        return scripted_scenario(
+            scripted, setup=apps.setup, goal=goal_state, step_retries=p.step_retries,
         )

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from harness.agent import Step, Task
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery
 from harness.workloads.desktop import apps
 from harness.workloads.desktop.tools import TOOLS
+from harness.workloads.scripted import ScriptedTask, draw_bank, replay_goal
 
 KINDS: tuple[str, ...] = ("edit_doc", "notes_mail", "settings", "cleanup", "inbox", "mixed")
 # Text each document holds from the start, that a find-and-replace may change.
@@ -105,39 +103,11 @@ _MAKERS: dict[str, Callable[[random.Random], tuple[str, list[Step]]]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ScriptedTask:
-    """One task of the bank: its kind, its gold plan and the request in a few words."""
-
-    kind: str
-    task: Task
-    request: str
-
-
 def task_bank(size: int, seed: int) -> list[ScriptedTask]:
     """`size` tasks, the kinds in turn; a pure function of (size, seed)."""
-    rng = random.Random(f"desktop-tasks/{seed}")
-    bank = []
-    for i in range(size):
-        kind = KINDS[i % len(KINDS)]
-        request, steps = _MAKERS[kind](rng)
-        bank.append(ScriptedTask(kind, Task(f"desk{i:02d}-{kind}", tuple(steps)), request))
-    return bank
-
-
-def describe(task: Task) -> str:
-    """The task's plan as one line (tool names in order)."""
-    return " > ".join(step.tool for step in task.steps)
+    return draw_bank(_MAKERS, KINDS, size, seed, name="desktop", prefix="desk")
 
 
 def goal_state(task: Task) -> dict[str, Any]:
     """The desktop after the task's gold plan ran once, directly: where a clean trial ends."""
-    env = TrialEnv.create()
-    try:
-        apps.setup(env)
-        for step in task.steps:
-            args = dict(step.args) if not callable(step.args) else step.args({})
-            TOOLS[step.tool].run(env, args, Delivery(None, {}))
-        return env.snapshot()
-    finally:
-        env.close()
+    return replay_goal(task, apps.setup, TOOLS)

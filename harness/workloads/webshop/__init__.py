@@ -21,11 +21,10 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field
-
-from harness.agent import AgentOutcome, AgentPolicy
+from harness.agent import AgentOutcome
 from harness.substrates import TrialEnv
-from harness.workloads.base import Scenario, WorkloadParams
+from harness.workloads.base import Scenario
+from harness.workloads.scripted import ScriptedParams, scripted_scenario
 from harness.workloads.webshop import shop
 from harness.workloads.webshop.tasks import goal_state, task_bank
 from harness.workloads.webshop.tools import TOOLS
@@ -33,12 +32,8 @@ from harness.workloads.webshop.tools import TOOLS
 __all__ = ["TOOLS", "WebshopParams", "WebshopWorkload"]
 
 
-class WebshopParams(WorkloadParams):
+class WebshopParams(ScriptedParams):
     """`params` of the webshop proxy workload (see the module docstring)."""
-
-    tasks: int = Field(30, ge=20, le=40)
-    task_seed: int = Field(0, ge=0, le=2**31 - 1)
-    step_retries: int = Field(2, ge=0, le=20)
 
 
 def _metrics(env: TrialEnv, outcomes: list[AgentOutcome]) -> dict[str, Any]:
@@ -57,14 +52,7 @@ class WebshopWorkload:
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
         p = WebshopParams.model_validate(params)
         scripted = task_bank(p.tasks, p.task_seed)[trial % p.tasks]
-        task = scripted.task
-        return Scenario(
-            tasks=[task],
-            setup=shop.setup,
-            expected=lambda: goal_state(task),
-            # A web agent reads an error page (out of stock, empty cart) and goes on.
-            policy=AgentPolicy(step_retries=p.step_retries, tool_errors_fatal=False),
-            final=lambda env: {"task": task.task_id, "kind": scripted.kind, "request": scripted.request},
+        return scripted_scenario(
+            scripted, setup=shop.setup, goal=goal_state, step_retries=p.step_retries,
             metrics=_metrics,
-            info={"task": task.task_id, "kind": scripted.kind},
         )

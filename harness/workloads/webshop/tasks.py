@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from harness.agent import Step, Task
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery
+from harness.workloads.scripted import ScriptedTask, draw_bank, replay_goal
 from harness.workloads.webshop import shop
 from harness.workloads.webshop.tools import TOOLS
 
@@ -114,39 +112,11 @@ _MAKERS: dict[str, Callable[[random.Random], tuple[str, list[Step]]]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ScriptedTask:
-    """One task of the bank: its kind, its gold plan and the request in a few words."""
-
-    kind: str
-    task: Task
-    request: str
-
-
 def task_bank(size: int, seed: int) -> list[ScriptedTask]:
     """`size` tasks, the kinds in turn; a pure function of (size, seed)."""
-    rng = random.Random(f"webshop-tasks/{seed}")
-    bank = []
-    for i in range(size):
-        kind = KINDS[i % len(KINDS)]
-        request, steps = _MAKERS[kind](rng)
-        bank.append(ScriptedTask(kind, Task(f"shop{i:02d}-{kind}", tuple(steps)), request))
-    return bank
-
-
-def describe(task: Task) -> str:
-    """The task's plan as one line (tool names in order), for tests and the record."""
-    return " > ".join(step.tool for step in task.steps)
+    return draw_bank(_MAKERS, KINDS, size, seed, name="webshop", prefix="shop")
 
 
 def goal_state(task: Task) -> dict[str, Any]:
-    """The shop after the task's gold plan ran once, directly: the state a clean trial ends in."""
-    env = TrialEnv.create()
-    try:
-        shop.setup(env)
-        for step in task.steps:
-            args = dict(step.args) if not callable(step.args) else step.args({})
-            TOOLS[step.tool].run(env, args, Delivery(None, {}))
-        return env.snapshot()
-    finally:
-        env.close()
+    """The shop after the task's gold plan ran once, directly: where a clean trial ends."""
+    return replay_goal(task, shop.setup, TOOLS)
