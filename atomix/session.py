@@ -190,23 +190,7 @@ class TxSession(Transaction):
     def __init__(
         self, txid: int, epoch: int, trace: str, group: str | None = None, branch: int = 0
     ) -> None:
-        # Transaction.__init__, spelled out: every begin makes one (a branch of K, K of them).
-        self.txid = txid
-        self.epoch = epoch
-        self.trace = trace
-        self.group = group
-        self.branch = branch
-        self.state = OPEN
-        self.reads = {}
-        self.staged = {}
-        self.effect_scopes = set()
-        self.eager_scopes = {}
-        self.abort_source = None
-        self.abort_detail = ""
-        self.duplicates_suppressed = 0
-        self.finished = False
-        self.waited = 0.0
-        self.settlement = None
+        Transaction.__init__(self, txid, epoch, trace, group, branch)
         # Calls are numbered in the order they reach the shim (next() is atomic, so calls
         # from worker threads get distinct numbers).
         self._ordinal = itertools.count(1)
