@@ -222,6 +222,25 @@ async def _perform(
         )
 
 
+async def settle_attempt(
+    session: ModeSession, task: Task, outcome: AgentOutcome, tx_attempt: int
+) -> bool:
+    """End an attempt whose plan ran: drop it (the task's veto or abort source) or commit it.
+    Returns whether it committed; an abort by the mode raises Aborted. Every agent kind ends
+    its attempts here, so they are judged by the same rule."""
+    stop = task.abort_source or (AbortSource.PRE_COMMIT_VETO if task.veto else None)
+    if stop is not None:
+        await session.abort(stop, "the agent dropped the plan before commit")
+        outcome.vetoed = True
+        outcome.aborts.append(stop.value)
+        return False
+    await session.commit()
+    outcome.committed = True
+    outcome.committed_attempt = tx_attempt
+    outcome.failure = None
+    return True
+
+
 async def run_agent(
     trial: TrialMode,
     make_ctx: Callable[[int], AgentContext],
@@ -303,17 +322,8 @@ async def run_agent(
                     detail = f"step {index} reads something else now"
                     await session.abort(AbortSource.STALE_READ, detail)
                     raise Aborted(AbortSource.STALE_READ, detail, retryable=False)
-            stop = task.abort_source or (AbortSource.PRE_COMMIT_VETO if task.veto else None)
-            if stop is not None:
-                await session.abort(stop, "the agent dropped the plan before commit")
-                outcome.vetoed = True
-                outcome.aborts.append(stop.value)
-                break
-            await session.commit()
-            outcome.committed = True
-            outcome.committed_attempt = tx_attempt
-            outcome.failure = None
-            outcome.results = memory
+            if await settle_attempt(session, task, outcome, tx_attempt):
+                outcome.results = memory
             break
         except Aborted as exc:
             outcome.aborts.append(exc.source.value)

@@ -53,7 +53,7 @@ from typing import Any
 
 from atomix.effects import AbortSource, EffectClass
 from harness import faults
-from harness.agent import AgentOutcome, AgentPolicy, Task
+from harness.agent import AgentOutcome, AgentPolicy, Task, settle_attempt
 from harness.clock import Sleep
 from harness.errors import RunError
 from harness.llm_cache import CompletionCache, default_cache_dir
@@ -488,16 +488,7 @@ async def run_llm_agent(
                                      "content": text})
                 # At a turn's end every call has its answer: a conversation to resume from.
                 session.checkpoint(used, {"messages": copy.deepcopy(messages)})
-            stop = task.abort_source or (AbortSource.PRE_COMMIT_VETO if task.veto else None)
-            if stop is not None:
-                await session.abort(stop, "the agent dropped the plan before commit")
-                outcome.vetoed = True
-                outcome.aborts.append(stop.value)
-                break
-            await session.commit()
-            outcome.committed = True
-            outcome.committed_attempt = tx_attempt
-            outcome.failure = None
+            await settle_attempt(session, task, outcome, tx_attempt)
             break
         except Aborted as exc:
             outcome.aborts.append(exc.source.value)
