@@ -44,6 +44,7 @@ import copy
 import dataclasses
 import json
 import os
+import random
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -519,3 +520,37 @@ async def run_llm_agent(
     outcome.steps = used
     outcome.finished_at_ms = ctx.clock.now
     return outcome
+
+
+class LlmLoop:
+    """`agent.kind: llm` as a trial runs it (harness.agent_loops): one briefing and one model
+    client per trial, shared by its tasks; records gain each agent's conversations and token
+    usage, and the trial's per-request latency goes under `timings.llm`."""
+
+    def __init__(self, spec: Any, scenario: Any, tools: Mapping[str, ToolDef]) -> None:
+        self.spec = spec
+        self.tools = tools
+        self.policy = scenario.policy
+        self.brief = briefing(spec.agent, spec.workload, scenario.tasks, scenario.tool_schemas,
+                              scenario.domain_policy, tools)
+        self.client = ModelClient(spec.agent)
+
+    async def run(
+        self, trial_mode: Any, make_ctx: Callable[[int], Any], task: Task, rng: random.Random,
+        reactions: random.Random,
+    ) -> AgentOutcome:
+        return await run_llm_agent(
+            trial_mode, make_ctx, task, self.tools, self.policy, rng, self.spec.agent,
+            self.brief, self.client, wrapper_retries=self.spec.agent.wrapper_retries_for(self.spec.mode))
+
+    def metrics(self, outcomes: list[AgentOutcome]) -> dict[str, Any]:
+        # Tokens the conversations took (cached answers count what they cost once).
+        return {f"llm_{key}": sum(o.usage[key] for o in outcomes)  # type: ignore[attr-defined]
+                for key in ("requests", "prompt_tokens", "completion_tokens")}
+
+    def record(self, outcome: AgentOutcome) -> dict[str, Any]:
+        return outcome.record()  # type: ignore[attr-defined]
+
+    def timings(self, outcomes: list[AgentOutcome]) -> dict[str, Any]:
+        # Wall-clock model latency per request (0 and cached when the cache answered).
+        return {"llm": [o.timings() for o in outcomes]}  # type: ignore[attr-defined]

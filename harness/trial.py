@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from harness import faults
-from harness.agent import AgentOutcome, run_agent
+from harness.agent import AgentOutcome
+from harness.agent_loops import make_loop
 from harness.boundary import Boundary
 from harness.clock import Sleep, VirtualClock
 from harness.modes import AgentContext, ModeSettings, get_mode
 from harness.oracle import judge
-from harness.policies import AgentConfig, make_policy
+from harness.policies import AgentConfig
 from harness.substrates import TrialEnv
 from harness.workloads import get_workload
 
@@ -123,23 +124,13 @@ def run_trial(
     workload = get_workload(spec.workload)
     # The scenario depends on the trial, not the mode or the fault cell: same tasks for all.
     scenario = workload.scenario(derive_rng(spec.seed, "scenario", spec.trial), spec.trial, spec.params)
-    llm = spec.agent.kind == "llm"  # a real model plans and reacts (harness.llm_agent)
-    if llm:
-        from harness import llm_agent  # only here: it is the one agent that needs an SDK
-
-        brief = llm_agent.briefing(spec.agent, spec.workload, scenario.tasks, scenario.tool_schemas,
-                                   scenario.domain_policy, workload.tools)
-        client = llm_agent.ModelClient(spec.agent)
+    loop = make_loop(spec, scenario, workload.tools)  # how agent.kind runs (harness.agent_loops)
     env = TrialEnv.create(workdir, durable=spec.durable)
     try:
         scenario.setup(env)
         clock = VirtualClock()
         injector = faults.FaultInjector(spec.faults, seed=spec.seed, cell=spec.cell_id, trial=spec.trial)
         trial_mode = get_mode(spec.mode).factory(env, clock, spec.settings)
-        behaviour = None if llm else make_policy(
-            spec.agent, spec.mode, step_retries=scenario.policy.step_retries,
-            tool_errors_fatal=scenario.policy.tool_errors_fatal,
-        )
         outcomes: list[AgentOutcome] = []
         tasks = []
         for index, task in enumerate(scenario.tasks):
@@ -157,12 +148,7 @@ def run_trial(
             async def agent_main(make_ctx: Any = make_ctx, task: Any = task, rng: random.Random = rng, offset: float = offset, reactions: random.Random = reactions) -> AgentOutcome:
                 if offset:
                     await Sleep(offset)
-                if llm:
-                    outcome = await llm_agent.run_llm_agent(
-                        trial_mode, make_ctx, task, workload.tools, scenario.policy, rng, spec.agent,
-                        brief, client, wrapper_retries=spec.agent.wrapper_retries_for(spec.mode))
-                else:
-                    outcome = await run_agent(trial_mode, make_ctx, task, workload.tools, scenario.policy, rng, behaviour, reactions)
+                outcome = await loop.run(trial_mode, make_ctx, task, rng, reactions)
                 outcomes.append(outcome)
                 return outcome
 
@@ -213,9 +199,7 @@ def run_trial(
             # A workload's own measures (a table's column that no generic metric gives).
             **(scenario.metrics(env, outcomes) if scenario.metrics is not None else {}),
         }
-        if llm:  # tokens the conversations took (cached answers count what they cost once)
-            for key in ("requests", "prompt_tokens", "completion_tokens"):
-                metrics[f"llm_{key}"] = sum(o.usage[key] for o in outcomes)  # type: ignore[attr-defined]
+        metrics.update(loop.metrics(outcomes))
         return {
             "key": spec.key,
             "config": spec.config,
@@ -232,13 +216,11 @@ def run_trial(
                 {"agent": o.agent, "task": o.task_id, "committed": o.committed, "attempts": o.attempts,
                  "aborts": o.aborts, "failure": o.failure, "blocked_ms": o.blocked_ms,
                  "steps": o.steps, "reactions": o.reactions,
-                 **(o.record() if llm else {})}  # type: ignore[attr-defined]
+                 **loop.record(o)}
                 for o in outcomes
             ],
             "final": scenario.final(env) if scenario.final is not None else {},
-            "timings": {"wall_s": time.perf_counter() - wall,
-                        # wall-clock model latency per request (0 and cached when the cache answered)
-                        **({"llm": [o.timings() for o in outcomes]} if llm else {})},  # type: ignore[attr-defined]
+            "timings": {"wall_s": time.perf_counter() - wall, **loop.timings(outcomes)},
         }
     finally:
         env.close()
