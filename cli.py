@@ -1,7 +1,7 @@
 """The `atomix` command: run experiments, sweep parameters, rebuild reports, compare modes.
 
-Every command is a thin wrapper over `harness.config`, `harness.runner` and
-`harness.reporting`. Exit codes: 0 success, 1 the disk refused a write (full, read-only) or a
+Every command is a thin wrapper over `harness.experiment.config`, `harness.experiment.runner` and
+`harness.analysis.runs`. Exit codes: 0 success, 1 the disk refused a write (full, read-only) or a
 dask cluster was lost mid-run (the run stays resumable), 2 a bad config / bad option /
 unusable or locked run directory (nothing is written), 130 interrupted by SIGINT (Ctrl-C),
 143 by SIGTERM (finished trials are kept).
@@ -10,7 +10,7 @@ unusable or locked run directory (nothing is written), 130 interrupted by SIGINT
 from __future__ import annotations
 
 # isort: off
-import harness.startup  # noqa: F401 - first: a signal during the imports below exits in one line
+import harness.experiment.startup  # noqa: F401 - first: a signal during the imports below exits in one line
 # isort: on
 
 import contextlib
@@ -37,9 +37,9 @@ from harness.errors import ConfigError, RunError
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from harness.config import ExperimentConfig
-    from harness.report import Table
-    from harness.runner import RunResult
+    from harness.analysis.report import Table
+    from harness.experiment.config import ExperimentConfig
+    from harness.experiment.runner import RunResult
 
 
 class _Lazy:
@@ -53,7 +53,7 @@ class _Lazy:
         return getattr(importlib.import_module(self._name), attr)
 
 
-reporting: Any = _Lazy("harness.reporting")
+reporting: Any = _Lazy("harness.analysis.runs")
 
 
 class _OneLineErrors(typer.core.TyperGroup):
@@ -219,7 +219,7 @@ MaxTrials = Annotated[
 
 def _limits(max_cells: int | None, max_trials: int | None) -> Any:
     """The size caps for load_config: the defaults, raised (or lowered) by the options."""
-    from harness.config import DEFAULT_LIMITS, SizeLimits
+    from harness.experiment.config import DEFAULT_LIMITS, SizeLimits
 
     return SizeLimits(
         max_cells=max_cells or DEFAULT_LIMITS.max_cells,
@@ -235,7 +235,7 @@ def _limit_args(max_cells: int | None, max_trials: int | None) -> list[str]:
 
 def _set_value(item: str, text: str) -> Any:
     """One `--set` value parsed as YAML by the config loader's bounded parser."""
-    from harness.yamlload import YamlInputError, load_yaml
+    from harness.experiment.yamlload import YamlInputError, load_yaml
 
     try:
         return load_yaml(text)
@@ -265,8 +265,8 @@ def _overrides(trials: int | None, seed: int | None, modes: str | None) -> dict[
 
 def _check_modes(names: list[str]) -> list[str]:
     """`--modes` names checked here, so that a typo blames the flag, not the config file."""
-    from harness.config import unknown_modes_message
-    from harness.modes import modes as known_modes
+    from harness.experiment.config import unknown_modes_message
+    from harness.modes.base import modes as known_modes
 
     known = known_modes()
     bad = [m for m in names if m not in known]
@@ -279,7 +279,7 @@ def _check_modes(names: list[str]) -> list[str]:
 
 def _check_set_key(item: str, key: str, labels: Any = ()) -> None:
     """A `--set` key that names no config key is refused naming the flag (did you mean?)."""
-    from harness.config import DOTTED_KEY, did_you_mean, unknown_key
+    from harness.experiment.config import DOTTED_KEY, did_you_mean, unknown_key
 
     if not DOTTED_KEY.fullmatch(key):
         return  # load_config says what a dotted key is
@@ -293,7 +293,7 @@ def _check_set_key(item: str, key: str, labels: Any = ()) -> None:
 
 def _check_executor(executor: str, scheduler: str | None, jobs: int | None) -> None:
     """`--executor`/`--scheduler` checked before anything runs, blaming the flag."""
-    from harness.executors import EXECUTORS, executor_problem
+    from harness.experiment.executors import EXECUTORS, executor_problem
 
     if executor not in EXECUTORS:
         raise typer.BadParameter(str(executor_problem(executor)), param_hint="--executor")
@@ -342,7 +342,7 @@ def _parse_sets(sets: list[str]) -> dict[str, list[Any]]:
 
 def _raw_config(path: Path) -> dict[str, Any]:
     """The config file as a mapping, or {} (load_config reports the file's problem itself)."""
-    from harness.yamlload import MAX_BYTES, YamlInputError, load_yaml
+    from harness.experiment.yamlload import MAX_BYTES, YamlInputError, load_yaml
 
     try:
         with path.open("rb") as fh:
@@ -391,10 +391,10 @@ def _load(
 ) -> ExperimentConfig:
     """Load, validate and check a config's report section, or exit 2 with the message.
 
-    `limits` (a harness.config.SizeLimits) defaults to the default caps.
+    `limits` (a harness.experiment.config.SizeLimits) defaults to the default caps.
     """
     try:
-        from harness.config import DEFAULT_LIMITS, load_config
+        from harness.experiment.config import DEFAULT_LIMITS, load_config
 
         config = load_config(path, overrides=overrides, grid=grid, limits=limits or DEFAULT_LIMITS)
         reporting.check_report(config, path)
@@ -411,8 +411,8 @@ def _stored(
 ) -> ExperimentConfig:
     """The resolved config a run directory's manifest keeps, with any overrides applied, or
     exit 2 with the message."""
-    from harness.config import DEFAULT_LIMITS, set_dotted, validate_config
-    from harness.rundir import MANIFEST, read_manifest
+    from harness.experiment.config import DEFAULT_LIMITS, set_dotted, validate_config
+    from harness.experiment.rundir import MANIFEST, read_manifest
 
     try:
         data = copy.deepcopy(read_manifest(run_dir)["config"])
@@ -598,7 +598,7 @@ def _run_with_progress(
             else:
                 bar.update(task[0], completed=done)
 
-        from harness.runner import run as run_experiment
+        from harness.experiment.runner import run as run_experiment
 
         return run_experiment(
             config,
@@ -619,7 +619,7 @@ def _print_table(table: Table) -> None:
     """Print a report table; one too wide for the terminal is shown with cells as rows."""
     from rich.measure import Measurement
 
-    from harness.report import to_rich
+    from harness.analysis.report import to_rich
 
     console = _out()
     unlimited = console.options.update_width(1_000_000)
@@ -660,7 +660,7 @@ def _print_table(table: Table) -> None:
 
 
 def _report(run_dir: Path, report_from: ExperimentConfig | None = None) -> reporting.Report:
-    from harness.rundir import RunIOError, damaged_summary, io_error
+    from harness.experiment.rundir import RunIOError, damaged_summary, io_error
 
     try:
         run = reporting.load_run(run_dir, report_from)
@@ -711,9 +711,9 @@ def _execute(
 ) -> None:
     """Run (or resume), then report; on SIGINT/SIGTERM, a disk error or a lost cluster print
     one line with the command that resumes the run."""
-    from harness.executors import ExecutorLost
-    from harness.interrupts import exit_code, set_note
-    from harness.rundir import RunIOError
+    from harness.experiment.executors import ExecutorLost
+    from harness.experiment.interrupts import exit_code, set_note
+    from harness.experiment.rundir import RunIOError
 
     started: list[Path] = []
 
@@ -824,7 +824,7 @@ def run(
     _check_executor(executor, scheduler, jobs)
     overrides = _overrides(trials, seed, modes)
     if config is None and resume is not None and set_:
-        from harness.rundir import read_manifest
+        from harness.experiment.rundir import read_manifest
 
         try:
             raw = read_manifest(resume)["config"]
@@ -944,7 +944,7 @@ def runs(
     """List past runs: config, start time, trials done/total, status (from manifests only;
     a run whose process was killed shows `interrupted`)."""
     # Only the standard-library run-directory module: listing must stay fast.
-    from harness.rundir import list_runs
+    from harness.experiment.rundir import list_runs
 
     found = list_runs(out)
     if not found:
@@ -1010,8 +1010,8 @@ def compare(
     """Each mode against a baseline on paired trials (same cell, seed and trial): exact
     McNemar or Wilcoxon signed-rank, an interval on the difference, Holm-adjusted p."""
     # Imported here so that `atomix --version` does not pay for scipy and pandas.
-    from harness import paired
-    from harness.config import cell_id, expand_cells
+    from harness.analysis import paired
+    from harness.experiment.config import cell_id, expand_cells
 
     mode_list = _split(modes, "--modes") if modes else None
     try:
@@ -1051,7 +1051,7 @@ def compare(
 
 def _list_configs(configs: Path) -> RichTable:
     table = RichTable(title=f"configs ({configs})")
-    from harness.config import load_config
+    from harness.experiment.config import load_config
 
     for col in ("name", "file", "description"):
         table.add_column(col)
@@ -1071,7 +1071,7 @@ def _list_configs(configs: Path) -> RichTable:
 
 
 def _list_modes() -> RichTable:
-    from harness.modes import modes
+    from harness.modes.base import modes
 
     table = RichTable(title="modes")
     for col in ("name", "family", "description"):
@@ -1102,7 +1102,7 @@ def _list_workloads() -> RichTable:
 
 
 def _list_faults() -> RichTable:
-    from harness.faults import FAULTS
+    from harness.world.faults import FAULTS
 
     table = RichTable(title="fault classes")
     for col in ("class", "where", "description"):
@@ -1191,9 +1191,9 @@ def reproduce(
     """Run the configs that map the paper's result tables, then write OUT/REPRODUCTION.md:
     each paper cell beside ours, with our 95% interval and N, a verdict (reproduced,
     differs, not comparable) and, for a difference, its explanation by mechanism."""
-    from harness import reproduce as rp
-    from harness.interrupts import exit_code
-    from harness.rundir import RunIOError
+    from harness.experiment.interrupts import exit_code
+    from harness.experiment.rundir import RunIOError
+    from harness.paper import reproduce as rp
 
     wanted = None
     if tables_ is not None:
@@ -1388,7 +1388,15 @@ def show(
     """Show one trial's timeline: each call the substrates saw, the faults injected, and how
     each agent settled. The trial is replayed from the run's config and checked against its
     stored record."""
-    from harness.show import ShowError, find_trial, records_of, render, replay, resolve, summary
+    from harness.analysis.show import (
+        ShowError,
+        find_trial,
+        records_of,
+        render,
+        replay,
+        resolve,
+        summary,
+    )
 
     try:
         run_dir = resolve(run_dir)

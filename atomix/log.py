@@ -177,7 +177,7 @@ class TxLog:
         create: bool = True,
         journal: str = "wal",
     ) -> None:
-        # journal: "wal" (default: one fsync per durable record, measured in atomix.bench) or
+        # journal: "wal" (default: one fsync per durable record, measured in harness.bench.runtime) or
         # "delete" (SQLite's rollback journal: several fsyncs per durable record).
         if journal not in ("wal", "delete"):
             raise ValueError(f"journal must be 'wal' or 'delete', not {journal!r}")

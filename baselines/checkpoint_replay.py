@@ -28,10 +28,10 @@ import copy
 from typing import Any
 
 from atomix.effects import AbortSource
-from harness.clock import VirtualClock
-from harness.modes import AgentContext, ModeSession, ModeSettings, TrialMode, register
-from harness.substrates import TrialEnv
-from harness.tooling import ToolCall
+from harness.modes.base import AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.world.clock import VirtualClock
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import ToolCall
 
 
 class CheckpointReplayTrial(TrialMode):

@@ -38,12 +38,12 @@ from typing import Any
 
 from atomix.effects import AbortSource, EffectClass
 from atomix.tools import Ack
-from harness import faults
-from harness.clock import VirtualClock
-from harness.locks import LockManager
-from harness.modes import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolCall, ToolError
+from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.modes.locks import LockManager
+from harness.world import faults
+from harness.world.clock import VirtualClock
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolCall, ToolError
 
 # WAL outcome statuses that mean the effect cannot have landed, so rollback skips them: only
 # the tool's own refusal says so; an error or a timeout may have landed.

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from atomix.effects import AbortSource
-from harness.modes import AgentContext, ModeSession, TrialMode, register
-from harness.tooling import ToolCall
+from harness.modes.base import AgentContext, ModeSession, TrialMode, register
+from harness.world.tooling import ToolCall
 
 
 class DirectSession(ModeSession):

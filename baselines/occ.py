@@ -32,10 +32,10 @@ from typing import Any
 
 from atomix.effects import AbortSource, EffectClass
 from atomix.scopes import Scope, parse_scope
-from harness.clock import VirtualClock
-from harness.modes import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolCall, ToolError
+from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.world.clock import VirtualClock
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolCall, ToolError
 
 
 class VersionTable:

@@ -23,10 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 from atomix.effects import AbortSource
-from harness import faults
-from harness.clock import Sleep
-from harness.modes import AgentContext, ModeSession, TrialMode, register
-from harness.tooling import ToolCall
+from harness.modes.base import AgentContext, ModeSession, TrialMode, register
+from harness.world import faults
+from harness.world.clock import Sleep
+from harness.world.tooling import ToolCall
 
 
 class RetrySession(ModeSession):

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from atomix.effects import AbortSource, EffectClass
-from harness import faults
-from harness.modes import AgentContext, ModeSession, TrialMode, register
-from harness.tooling import Delivery, ToolCall
+from harness.modes.base import AgentContext, ModeSession, TrialMode, register
+from harness.world import faults
+from harness.world.tooling import Delivery, ToolCall
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,10 +31,10 @@ from typing import Any
 
 from atomix.effects import AbortSource
 from atomix.tools import Ack
-from harness import faults
-from harness.clock import Sleep
-from harness.modes import Aborted, AgentContext, ModeSession, TrialMode, register
-from harness.tooling import Delivery, ToolCall, ToolError
+from harness.modes.base import Aborted, AgentContext, ModeSession, TrialMode, register
+from harness.world import faults
+from harness.world.clock import Sleep
+from harness.world.tooling import Delivery, ToolCall, ToolError
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,11 +27,11 @@ from __future__ import annotations
 from typing import Any
 
 from atomix.effects import AbortSource
-from harness.clock import VirtualClock
-from harness.locks import LockManager
-from harness.modes import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
-from harness.substrates import TrialEnv
-from harness.tooling import ToolCall
+from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.modes.locks import LockManager
+from harness.world.clock import VirtualClock
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import ToolCall
 
 
 class WorkflowLockSession(ModeSession):

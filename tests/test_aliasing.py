@@ -10,12 +10,12 @@ import pytest
 
 from atomix.adapters import OpLog
 from atomix.scopes import CANONICAL, NAIVE
-from harness.modes import get_mode
-from harness.substrates import TrialEnv
-from harness.trial import TrialSpec, run_trial
-from harness.tx_flat_scopes import FLAT_CANONICAL
+from harness.experiment.trial import TrialSpec, run_trial
+from harness.modes.base import get_mode
+from harness.modes.tx_flat_scopes import FLAT_CANONICAL
 from harness.workloads.aliasing import CATALOGUE, TOOLS, Case, setup, world
 from harness.workloads.aliasing_substrates import AuditedSQLite, OsFiles, TouchLog, route
+from harness.world.substrates import TrialEnv
 
 SUBSTRATES = ("files", "sqlite", "url", "mailbox")
 PAIRS = ("alias", "distinct")

@@ -10,7 +10,7 @@ import pytest
 
 from atomix import EffectClass, Runtime
 from atomix.errors import ToolDefinitionError
-from harness.trial import TrialSpec, run_trial
+from harness.experiment.trial import TrialSpec, run_trial
 from harness.workloads.annotation_errors import VARIANTS, AnnotationErrorsWorkload, failure_mode
 
 ANNOTATIONS = tuple(VARIANTS)

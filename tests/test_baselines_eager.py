@@ -16,10 +16,13 @@ import pytest
 
 from atomix.effects import AbortSource
 from atomix.tools import Ack
-from harness.agent import AgentPolicy, Step, Task, run_agent
-from harness.boundary import Boundary
-from harness.clock import VirtualClock
-from harness.faults import (
+from harness.agents.task import AgentPolicy, Step, Task, run_agent
+from harness.experiment.trial import TrialSpec, run_trial
+from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, get_mode
+from harness.workloads.synthetic import TOOLS, setup
+from harness.world.boundary import Boundary
+from harness.world.clock import VirtualClock
+from harness.world.faults import (
     FaultClass,
     FaultConfig,
     FaultInjector,
@@ -28,12 +31,9 @@ from harness.faults import (
     ToolCallFailed,
     ToolTimeout,
 )
-from harness.modes import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, get_mode
-from harness.oracle import duplicates, judge, leaks, residue
-from harness.substrates import TrialEnv
-from harness.tooling import ToolCall, ToolError
-from harness.trial import TrialSpec, run_trial
-from harness.workloads.synthetic import TOOLS, setup
+from harness.world.oracle import duplicates, judge, leaks, residue
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import ToolCall, ToolError
 
 MODES = ("retry-only", "saga", "tcc", "checkpoint-replay")
 LATENCY = 5.0

@@ -17,16 +17,16 @@ from atomix.effects import AbortSource, EffectClass
 from atomix.scopes import parse_scope
 from baselines.mutex_wal import _decode
 from baselines.occ import VersionTable
-from harness import faults
-from harness.agent import AgentOutcome, AgentPolicy, Step, Task, run_agent
-from harness.boundary import Boundary
-from harness.clock import Sleep, VirtualClock
-from harness.locks import LockManager
-from harness.modes import Aborted, AgentContext, ModeSettings, TrialMode, get_mode
-from harness.oracle import judge, leaks, stale_commits
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolCall, ToolDef, ToolError
-from harness.trial import TrialSpec, run_trial
+from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task, run_agent
+from harness.experiment.trial import TrialSpec, run_trial
+from harness.modes.base import Aborted, AgentContext, ModeSettings, TrialMode, get_mode
+from harness.modes.locks import LockManager
+from harness.world import faults
+from harness.world.boundary import Boundary
+from harness.world.clock import Sleep, VirtualClock
+from harness.world.oracle import judge, leaks, stale_commits
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolCall, ToolDef, ToolError
 
 MODES = ("workflow-lock", "per-call-lock", "mutex-wal", "occ")
 LATENCY = 5.0

@@ -122,7 +122,7 @@ def test_run_writes_records_tables_plots_and_prints_the_table(
 
 
 def test_known_metrics_are_in_every_record(finished: tuple[Path, Path, Any]) -> None:
-    from harness.reporting import KNOWN_METRICS
+    from harness.analysis.runs import KNOWN_METRICS
 
     for record in records(finished[1]):
         assert KNOWN_METRICS <= set(record["metrics"])
@@ -387,10 +387,10 @@ def test_resume_with_other_overrides_is_refused(
 def test_ctrl_c_keeps_trials_and_prints_the_resume_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import harness.runner
+    import harness.experiment.runner
 
     config = write_config(tmp_path, {**CONFIG, "report": {}})
-    real = harness.runner.run_trial
+    real = harness.experiment.runner.run_trial
     calls = {"n": 0}
 
     def interrupted(spec: Any) -> dict[str, Any]:
@@ -399,7 +399,7 @@ def test_ctrl_c_keeps_trials_and_prints_the_resume_command(
             raise KeyboardInterrupt
         return real(spec)
 
-    monkeypatch.setattr(harness.runner, "run_trial", interrupted)
+    monkeypatch.setattr(harness.experiment.runner, "run_trial", interrupted)
     result = invoke("run", config, "--out", tmp_path / "results", "--jobs", 1, "--seed", 5)
     assert result.exit_code == 130
     (run_dir,) = run_dirs(tmp_path / "results")
@@ -410,7 +410,7 @@ def test_ctrl_c_keeps_trials_and_prints_the_resume_command(
         ["atomix", "run", str(config), "--resume", str(run_dir), "--seed", "5"]
     )
 
-    monkeypatch.setattr(harness.runner, "run_trial", real)
+    monkeypatch.setattr(harness.experiment.runner, "run_trial", real)
     resumed = invoke(*shlex.split(command)[1:], "--jobs", 1)
     assert resumed.exit_code == 0, resumed.output
     keys = [r["key"] for r in records(run_dir)]

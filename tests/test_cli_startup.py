@@ -9,7 +9,7 @@ import sys
 import pytest
 
 # (typer itself imports pydantic to render a command's help, so it is not on the list.)
-HEAVY = ("scipy", "matplotlib", "pandas", "numpy", "harness.config", "harness.reporting", "atomix.runtime")
+HEAVY = ("scipy", "matplotlib", "pandas", "numpy", "harness.experiment.config", "harness.analysis.runs", "atomix.runtime")
 
 _PROBE = """
 import sys

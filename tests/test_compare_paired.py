@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from scipy import stats
 
-from harness.paired import (
+from harness.analysis.paired import (
     holm,
     mcnemar_exact,
     newcombe_paired,
@@ -188,7 +188,7 @@ def test_formats_md_csv_tex() -> None:
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no LaTeX installed")
 def test_paired_latex_compiles_and_fits_a_column(tmp_path: Path) -> None:
-    from harness.latex import compile_tex, overfull_pt
+    from harness.analysis.latex import compile_tex, overfull_pt
 
     cmp = paired_compare(issue_example(), "clean", ["tx-full", "checkpoint-replay"])
     log = compile_tex(paired_latex(cmp), tmp_path, twocolumn=True)

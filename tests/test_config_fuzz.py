@@ -26,12 +26,12 @@ from typing import Any
 import yaml
 from typer.testing import CliRunner
 
-import harness.reporting  # noqa: F401 - imported up front so that timings exclude it
+import harness.analysis.runs  # noqa: F401 - imported up front so that timings exclude it
 from cli import app
-from harness.config import cell_id, expand_cells, load_config
-from harness.runner import plan
-from harness.trial import run_trial
-from harness.yamlload import load_yaml
+from harness.experiment.config import cell_id, expand_cells, load_config
+from harness.experiment.runner import plan
+from harness.experiment.trial import run_trial
+from harness.experiment.yamlload import load_yaml
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 SHIPPED = sorted(CONFIGS.glob("*.yaml"))

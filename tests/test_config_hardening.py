@@ -11,10 +11,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import harness.reporting  # noqa: F401 - imported up front so that timings exclude it
+import harness.analysis.runs  # noqa: F401 - imported up front so that timings exclude it
 from cli import app
-from harness.config import DEFAULT_LIMITS, ConfigError, load_config
-from harness.yamlload import MAX_DEPTH, YamlInputError, load_yaml
+from harness.experiment.config import DEFAULT_LIMITS, ConfigError, load_config
+from harness.experiment.yamlload import MAX_DEPTH, YamlInputError, load_yaml
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 runner = CliRunner()

@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from harness.config import ExperimentConfig, validate_config
-from harness.reporting import check_report
+from harness.analysis.runs import check_report
+from harness.experiment.config import ExperimentConfig, validate_config
 
 README = Path(__file__).resolve().parents[1] / "configs" / "README.md"
 

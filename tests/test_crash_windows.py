@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_config
-from harness.runner import plan
-from harness.trial import TrialSpec, run_trial
+from harness.experiment.config import load_config
+from harness.experiment.runner import plan
+from harness.experiment.trial import TrialSpec, run_trial
 from harness.workloads.crash_child import WINDOWS
 from harness.workloads.crash_windows import CrashError, _kill_and_recover
 

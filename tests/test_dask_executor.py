@@ -25,11 +25,11 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from harness.config import load_config
 from harness.errors import RunError
-from harness.executors import ExecutorOptions, chunk_size, open_executor
-from harness.runner import plan, run
-from harness.trial import run_trial
+from harness.experiment.config import load_config
+from harness.experiment.executors import ExecutorOptions, chunk_size, open_executor
+from harness.experiment.runner import plan, run
+from harness.experiment.trial import run_trial
 
 distributed = pytest.importorskip("distributed")
 
@@ -414,7 +414,7 @@ def test_without_dask_installed_the_error_says_what_to_install(
 ) -> None:
     # The import machinery's own "not installed": None in sys.modules makes the import fail.
     monkeypatch.setitem(sys.modules, "distributed", None)
-    monkeypatch.delitem(sys.modules, "harness.dask_executor", raising=False)
+    monkeypatch.delitem(sys.modules, "harness.experiment.dask_executor", raising=False)
     with pytest.raises(RunError, match=r"pip install '\.\[dask\]'"):
         open_executor("dask", ExecutorOptions(jobs=2))
     out = tmp_path / "results"

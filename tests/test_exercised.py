@@ -18,11 +18,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from harness import reporting
-from harness.config import ConfigError, load_config, validate_config
-from harness.faults import FaultConfig, FaultInjector, Point
-from harness.paired import paired_compare, paired_csv
-from harness.report import (
+from harness.analysis import runs as reporting
+from harness.analysis.paired import paired_compare, paired_csv
+from harness.analysis.report import (
     EXERCISED_COUNTS,
     NOT_EXERCISED_TEXT,
     REQUIRES,
@@ -39,8 +37,10 @@ from harness.report import (
     to_rich,
     write_report,
 )
-from harness.runner import plan, run
-from harness.trial import TrialSpec, exercised, run_trial
+from harness.experiment.config import ConfigError, load_config, validate_config
+from harness.experiment.runner import plan, run
+from harness.experiment.trial import TrialSpec, exercised, run_trial
+from harness.world.faults import FaultConfig, FaultInjector, Point
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULT_CLASS_CONFIG = ROOT / "configs" / "synthetic_fault_class.yaml"

@@ -1,4 +1,4 @@
-"""Tests of the fault injector (harness/faults.py)."""
+"""Tests of the fault injector (harness/world/faults.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from harness.faults import (
+from harness.world.faults import (
     FAULTS,
     CompensationFailed,
     FaultClass,
@@ -99,7 +99,7 @@ def test_trial_seed_is_64_bit_and_independent_of_hash_salt() -> None:
     assert s == derive_trial_seed(7, "cell-a", 0)
     assert len({derive_trial_seed(7, "cell-a", t) for t in range(100)}) == 100
     # Python's hash() of a str changes with PYTHONHASHSEED; the trial seed must not.
-    code = "from harness.faults import derive_trial_seed; print(derive_trial_seed(7, 'cell-a', 0))"
+    code = "from harness.world.faults import derive_trial_seed; print(derive_trial_seed(7, 'cell-a', 0))"
     for salt in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": salt}
         out = subprocess.run(

@@ -11,9 +11,9 @@ from pydantic import ValidationError
 from atomix.decisions import CommitPlan, Wait
 from atomix.effects import Effect, EffectClass
 from atomix.manager import RuntimeOptions, TransactionManager
-from harness.modes import get_mode
-from harness.trial import TrialSpec, run_trial
-from harness.tx_frontier_fault import install_frontier_fault
+from harness.experiment.trial import TrialSpec, run_trial
+from harness.modes.base import get_mode
+from harness.modes.tx_frontier_fault import install_frontier_fault
 from harness.workloads.frontier_contract import FrontierContractParams, inverted_pairs
 
 

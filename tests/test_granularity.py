@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from harness.config import load_config
-from harness.substrates import TrialEnv
-from harness.trial import TrialSpec, run_trial
+from harness.experiment.config import load_config
+from harness.experiment.trial import TrialSpec, run_trial
 from harness.workloads.granularity import INITIAL, TABLE, GranularityParams, rows_of, torn_writes
+from harness.world.substrates import TrialEnv
 
 CONFIG = "configs/granularity.yaml"
 LATENCY = 5.0

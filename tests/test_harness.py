@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from atomix.adapters import Op
-from harness import oracle
-from harness.clock import Park, Sleep, VirtualClock
-from harness.config import validate_config
-from harness.faults import FaultConfig
-from harness.runner import plan, read_records, run
-from harness.trial import TrialSpec, run_trial
+from harness.experiment.config import validate_config
+from harness.experiment.runner import plan, read_records, run
+from harness.experiment.trial import TrialSpec, run_trial
+from harness.world import oracle
+from harness.world.clock import Park, Sleep, VirtualClock
+from harness.world.faults import FaultConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,8 +118,8 @@ def test_a_killed_run_resumes_to_exactly_the_full_set(tmp_path: Path) -> None:
         )
     )
     script = (
-        "import sys; from pathlib import Path; from harness.config import load_config; "
-        "from harness.runner import run; run(load_config(sys.argv[1]), out=Path(sys.argv[2]), jobs=1)"
+        "import sys; from pathlib import Path; from harness.experiment.config import load_config; "
+        "from harness.experiment.runner import run; run(load_config(sys.argv[1]), out=Path(sys.argv[2]), jobs=1)"
     )
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-c", script, str(config_path), str(out)], cwd=ROOT)
@@ -138,7 +138,7 @@ def test_a_killed_run_resumes_to_exactly_the_full_set(tmp_path: Path) -> None:
         fh.write('{"key": "probe/tx-full/fp=0.1/59", "trunc')
     before = len(read_records(records))
     assert 10 <= before < 120
-    from harness.config import load_config
+    from harness.experiment.config import load_config
 
     result = run(load_config(config_path), resume=records.parent)
     keys = [r["key"] for r in read_records(records)]

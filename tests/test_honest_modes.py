@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.modes import MODE_MODULES
+from harness.modes.base import MODE_MODULES
 
 FORBIDDEN_NAMES = {"FaultClass", "FaultInjector", "InjectedFault", "FAULTS", "FaultSpec"}
 FORBIDDEN_ATTRS = {"injector", "_injector", "injected", "fault"}
-AGENT_MODULES = ("harness.agent", "harness.policies")
+AGENT_MODULES = ("harness.agents.task", "harness.agents.policies")
 
 
 def _source(module: str) -> tuple[Path, ast.AST]:
@@ -38,7 +38,7 @@ def test_no_mechanism_or_agent_reads_the_fault_class(module: str) -> None:
             found.append(f"{path.name}:{node.lineno} name {node.id}")
         elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRS | FORBIDDEN_NAMES:
             found.append(f"{path.name}:{node.lineno} attribute .{node.attr}")
-        elif isinstance(node, ast.ImportFrom) and node.module == "harness.faults":
+        elif isinstance(node, ast.ImportFrom) and node.module == "harness.world.faults":
             names = {alias.name for alias in node.names} & FORBIDDEN_NAMES
             if names:
                 found.append(f"{path.name}:{node.lineno} imports {sorted(names)}")

@@ -11,8 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from harness.config import load_config
-from harness.trial import TrialSpec, run_trial
+from harness.experiment.config import load_config
+from harness.experiment.trial import TrialSpec, run_trial
 from harness.workloads import loc
 from harness.workloads.integration_cost import ToolAudit, measures, wiring_lines
 from harness.workloads.retail.substrate import RETAIL_TOOLS
@@ -104,7 +104,7 @@ def test_the_audit_records_only_reads_made_by_a_mode_session() -> None:
 @pytest.mark.parametrize(
     ("mode", "module", "read", "not_read"),
     [
-        ("tx-full", "harness/tx_mode.py", {"reads", "writes", "effect", "key", "before", "undo"}, {"check"}),
+        ("tx-full", "harness/modes/tx.py", {"reads", "writes", "effect", "key", "before", "undo"}, {"check"}),
         ("tcc", "baselines/tcc.py", {"check", "effect"}, {"before", "undo", "reads", "key"}),
         ("saga", "baselines/saga.py", {"before", "undo", "effect"}, {"check", "reads", "key"}),
         ("occ", "baselines/occ.py", {"reads", "writes", "before", "undo"}, {"check", "key"}),
@@ -122,7 +122,7 @@ def test_a_trial_measures_the_mechanism_it_ran(mode: str, module: str, read: set
 
 
 def test_more_fields_read_means_more_wiring() -> None:
-    tx = measures("harness.tx_mode", frozenset({"reads", "writes", "effect", "key", "before", "undo"}))
+    tx = measures("harness.modes.tx", frozenset({"reads", "writes", "effect", "key", "before", "undo"}))
     tcc = measures("baselines.tcc", frozenset({"check", "effect"}))
     assert tx["wiring_loc"] > tcc["wiring_loc"] > 0
     # The runtime the tx-full shim drives is far larger than what a baseline imports.

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.config import load_config
-from harness.rundir import Holder
-from harness.runner import plan, run
+from harness.experiment.config import load_config
+from harness.experiment.rundir import Holder
+from harness.experiment.runner import plan, run
 
 ROOT = Path(__file__).resolve().parents[1]
 

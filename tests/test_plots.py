@@ -8,8 +8,8 @@ from typing import Any
 import matplotlib as mpl
 import pytest
 
-from harness import plots
-from harness.report import TableSpec, build_table, records_frame
+from harness.analysis import plots
+from harness.analysis.report import TableSpec, build_table, records_frame
 
 
 def _records(modes: list[str], fps: list[float], classes: list[str], n: int = 6) -> list[dict]:

@@ -18,13 +18,7 @@ import pytest
 from pydantic import ValidationError
 
 from atomix.effects import AbortSource
-from harness.agent import AgentOutcome, AgentPolicy, Step, run_agent
-from harness.boundary import Boundary
-from harness.clock import VirtualClock
-from harness.config import ConfigError, cell_config, expand_cells, validate_config
-from harness.faults import FaultClass, FaultConfig, FaultInjector, InjectedFault, Point
-from harness.modes import AgentContext, ModeSettings, get_mode, modes
-from harness.policies import (
+from harness.agents.policies import (
     AgentConfig,
     Decision,
     Failure,
@@ -34,9 +28,10 @@ from harness.policies import (
     Reaction,
     make_policy,
 )
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolDef
-from harness.trial import TrialSpec, run_trial
+from harness.agents.task import AgentOutcome, AgentPolicy, Step, run_agent
+from harness.experiment.config import ConfigError, cell_config, expand_cells, validate_config
+from harness.experiment.trial import TrialSpec, run_trial
+from harness.modes.base import AgentContext, ModeSettings, get_mode, modes
 from harness.workloads.retail import (
     call_tool,
     db_sha256,
@@ -48,6 +43,11 @@ from harness.workloads.retail import (
 from harness.workloads.retail.substrate import RETAIL_TOOLS
 from harness.workloads.retail.tools import RetailToolError
 from harness.workloads.retail.workload import TauRetailWorkload
+from harness.world.boundary import Boundary
+from harness.world.clock import VirtualClock
+from harness.world.faults import FaultClass, FaultConfig, FaultInjector, InjectedFault, Point
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolDef
 
 WORKLOAD = TauRetailWorkload()
 TASKS = WORKLOAD.tasks({})  # the default test split sample, as run_trial sees it

@@ -1,4 +1,4 @@
-"""Tests for harness.report: tables, renderers and byte-reproducible plots."""
+"""Tests for harness.analysis.report: tables, renderers and byte-reproducible plots."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from rich.table import Table as RichTable
 
-from harness.report import (
+from harness.analysis.report import (
     PlotSpec,
     TableSpec,
     bar_plot,

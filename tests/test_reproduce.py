@@ -15,14 +15,14 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from harness.config import (
+from harness.experiment.config import (
     ConfigError,
     PaperColumnModel,
     config_hash,
     load_config,
 )
-from harness.paper import PaperCell, cells_by_table, half_unit, split_part, tables
-from harness.reproduce import (
+from harness.paper.cells import PaperCell, cells_by_table, half_unit, split_part, tables
+from harness.paper.reproduce import (
     BENCHMARKS,
     DIFFERS,
     NOT_COMPARABLE,
@@ -318,7 +318,7 @@ def test_no_trials_and_approximate_values_are_not_comparable() -> None:
 
 def test_the_notes_file_loads_and_names_real_cells() -> None:
     notes = load_notes()
-    assert notes, "harness/paper_notes.yaml holds no notes"
+    assert notes, "harness/paper/paper_notes.yaml holds no notes"
     assert all(n.why for n in notes)
 
 
@@ -340,7 +340,7 @@ def test_a_bad_note_is_refused_naming_file_and_key(tmp_path: Path) -> None:
 
 
 def test_the_most_specific_note_wins() -> None:
-    from harness.reproduce import find_note
+    from harness.paper.reproduce import find_note
 
     broad = Note(6, "broad")
     narrow = Note(6, "narrow", rows=("TCC-Confirm",))
@@ -528,7 +528,7 @@ def test_every_paper_table_has_a_config() -> None:
 
 
 def test_a_timing_is_judged_within_a_factor_of_the_papers() -> None:
-    from harness.reproduce import TIMING_FACTOR, judge_timing
+    from harness.paper.reproduce import TIMING_FACTOR, judge_timing
 
     cell = paper_cell("85")
     assert judge_timing(cell, 85 * (TIMING_FACTOR - 0.1)).kind == REPRODUCED
@@ -540,7 +540,7 @@ def test_a_timing_is_judged_within_a_factor_of_the_papers() -> None:
 
 
 def test_a_benchmark_table_is_measured_once_then_reused(tmp_path: Path) -> None:
-    from harness.reproduce import Benchmark, benchmark_section, run_benchmark
+    from harness.paper.reproduce import Benchmark, benchmark_section, run_benchmark
 
     calls: list[tuple[int, int]] = []
 
@@ -567,7 +567,7 @@ def test_a_benchmark_table_is_measured_once_then_reused(tmp_path: Path) -> None:
 
 
 def test_the_speculation_benchmark_gives_every_cell_of_table_17() -> None:
-    from harness.reproduce import speculation_latency
+    from harness.paper.reproduce import speculation_latency
 
     figures = speculation_latency(runs=5, repeats=1)  # a real run, in a fresh process
     for cell in cells_by_table()[17]:
@@ -581,10 +581,10 @@ def test_the_speculation_benchmark_gives_every_cell_of_table_17() -> None:
 def test_the_table_9_f3_cell_gives_every_compensating_mode_something_to_compensate() -> None:
     import random
 
-    from harness.faults import FaultConfig
-    from harness.runner import plan
-    from harness.trial import TrialSpec, run_trial
+    from harness.experiment.runner import plan
+    from harness.experiment.trial import TrialSpec, run_trial
     from harness.workloads.synthetic import SyntheticWorkload, make_task
+    from harness.world.faults import FaultConfig
 
     config = load_config(CONFIGS / "synthetic_fault_class.yaml")
     (f3,) = {s.cell_id: s for s in plan(config) if s.cell.get("class") == "F3" and s.trial == 0
@@ -605,7 +605,7 @@ def test_the_table_9_f3_cell_gives_every_compensating_mode_something_to_compensa
 
 
 def test_table_11_extra_writes_count_writes_that_landed_again() -> None:
-    from harness.trial import TrialSpec, run_trial
+    from harness.experiment.trial import TrialSpec, run_trial
 
     params = {"contended": 2, "plan_delay_ms": [20, 120], "disjoint": False, "agents": 4}
     totals: dict[str, int] = {}

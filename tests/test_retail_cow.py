@@ -13,9 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from atomix.adapters import SQLiteStore
-from harness.config import config_hash, load_config
-from harness.substrates import MemorySQLiteStore, TrialEnv, ram_dir
-from harness.trial import TrialSpec, run_trial
+from harness.experiment.config import config_hash, load_config
+from harness.experiment.trial import TrialSpec, run_trial
 from harness.workloads.retail import (
     TOOLS,
     RetailToolError,
@@ -46,6 +45,7 @@ from harness.workloads.retail.workload import (
     _money,
     _pending_orders,
 )
+from harness.world.substrates import MemorySQLiteStore, TrialEnv, ram_dir
 
 DATA = load_retail()
 PRISTINE_SHA = _full_sha256(DATA.db)

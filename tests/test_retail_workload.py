@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import ConfigError, load_config
-from harness.modes import modes
-from harness.trial import TrialSpec, run_trial
+from harness.experiment.config import ConfigError, load_config
+from harness.experiment.trial import TrialSpec, run_trial
+from harness.modes.base import modes
 from harness.workloads.retail import goal_db, load_retail
 from harness.workloads.retail.workload import TauRetailWorkload
 
@@ -42,7 +42,7 @@ def test_without_faults_every_mode_reaches_the_goal_on_the_test_split(mode: str)
 
 
 def test_the_record_carries_the_final_db_hash_and_faults_change_outcomes() -> None:
-    from harness.faults import FaultConfig
+    from harness.world.faults import FaultConfig
 
     record = run_trial(_spec("tx-full", 0))
     assert len(record["final"]["db_sha256"]) == 64

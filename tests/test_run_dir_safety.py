@@ -17,9 +17,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import harness.runner
+import harness.experiment.runner
 from cli import app
-from harness.rundir import LOCK, Holder, RunLock, list_runs, scan_records
+from harness.experiment.rundir import LOCK, Holder, RunLock, list_runs, scan_records
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -295,7 +295,7 @@ def test_a_read_only_file_system_is_exit_1_and_stays_resumable(
     copy: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # What EROFS looks like to the runner, for when the tests run as root (chmod is no bar).
-    import harness.rundir
+    import harness.experiment.rundir
 
     config, run_dir = copy
     (run_dir / "trials.jsonl").write_text("\n".join(lines(run_dir)[:5]) + "\n", encoding="utf-8")
@@ -303,13 +303,13 @@ def test_a_read_only_file_system_is_exit_1_and_stays_resumable(
     def read_only(src: Any, dst: Any) -> None:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(dst))
 
-    monkeypatch.setattr(harness.rundir, "_replace", read_only)
+    monkeypatch.setattr(harness.experiment.rundir, "_replace", read_only)
     result = invoke("run", config, "--resume", run_dir, "--jobs", 1)
     assert result.exit_code == 1, result.output
     assert "Read-only file system (EROFS)" in result.stderr and "resume with:" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not list(run_dir.glob("*.tmp"))
-    monkeypatch.setattr(harness.rundir, "_replace", os.replace)
+    monkeypatch.setattr(harness.experiment.rundir, "_replace", os.replace)
     resumed = invoke("run", config, "--resume", run_dir, "--jobs", 1)
     assert resumed.exit_code == 0, resumed.output
     assert len(keys(run_dir)) == len(set(keys(run_dir))) == TOTAL
@@ -329,14 +329,14 @@ def test_a_full_disk_is_exit_1_and_stays_resumable(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(fd, data)
 
-    monkeypatch.setattr(harness.runner, "_write", full)
+    monkeypatch.setattr(harness.experiment.runner, "_write", full)
     result = invoke("run", config, "--out", tmp_path / "results", "--jobs", 1)
     assert result.exit_code == 1, result.output
     assert "No space left on device (ENOSPC)" in result.stderr and "resume with:" in result.stderr
     (run_dir,) = [p.parent for p in (tmp_path / "results").glob("*/*/manifest.json")]
     assert (run_dir / "trials.jsonl").read_bytes().endswith(b"\n")  # the torn write was cut off
     assert len(lines(run_dir)) == 3 and manifest(run_dir)["status"] == "interrupted"
-    monkeypatch.setattr(harness.runner, "_write", real)
+    monkeypatch.setattr(harness.experiment.runner, "_write", real)
     resumed = invoke("run", config, "--resume", run_dir, "--jobs", 1)
     assert resumed.exit_code == 0, resumed.output
     assert stripped(run_dir) == stripped(finished[1])

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from harness.config import load_config
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery
-from harness.trial import TrialSpec, derive_rng, run_trial
+from harness.experiment.config import load_config
+from harness.experiment.trial import TrialSpec, derive_rng, run_trial
 from harness.workloads import get_workload
 from harness.workloads.speculation import CLASSES, SpeculationParams, branch_plan, persisted
 from harness.workloads.synthetic import TOOLS
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery
 
 CONFIG = "configs/speculation_contamination.yaml"
 

@@ -1,4 +1,4 @@
-"""Tests for harness.stats: exact intervals, pair tests, t intervals."""
+"""Tests for harness.analysis.stats: exact intervals, pair tests, t intervals."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.stats import (
+from harness.analysis.stats import (
     INTERVAL_METHODS,
     PairTest,
     Proportion,

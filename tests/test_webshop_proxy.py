@@ -14,16 +14,16 @@ from pydantic import ValidationError
 
 from atomix.effects import EffectClass
 from atomix.scopes import parse_scope
-from harness.config import load_config
-from harness.faults import FaultConfig
-from harness.policies import AgentConfig
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolError
-from harness.trial import TrialSpec, run_trial
+from harness.agents.policies import AgentConfig
+from harness.experiment.config import load_config
+from harness.experiment.trial import TrialSpec, run_trial
 from harness.workloads import get_workload
 from harness.workloads.webshop import WebshopParams, shop
 from harness.workloads.webshop.tasks import KINDS, goal_state, task_bank
 from harness.workloads.webshop.tools import TOOLS
+from harness.world.faults import FaultConfig
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolError
 
 ROOT = Path(__file__).resolve().parents[1]
 

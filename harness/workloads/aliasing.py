@@ -35,9 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from atomix.effects import AbortSource, EffectClass
-from harness.agent import AgentOutcome, AgentPolicy, Step, Task
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolDef
+from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
 from harness.workloads.aliasing_substrates import (
     AuditedSQLite,
     Identity,
@@ -46,6 +44,8 @@ from harness.workloads.aliasing_substrates import (
     WebStore,
 )
 from harness.workloads.base import Scenario, WorkloadParams
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolDef
 
 Substrate = Literal["files", "sqlite", "url", "mailbox"]
 Pair = Literal["alias", "distinct"]

@@ -41,11 +41,11 @@ from typing import Any, Literal
 from pydantic import Field
 
 from atomix.effects import EffectClass
-from harness.agent import AgentOutcome, AgentPolicy, Step, Task
-from harness.oracle import leaks
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolDef, ToolError
+from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
 from harness.workloads.base import Scenario, WorkloadParams
+from harness.world.oracle import leaks
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolDef, ToolError
 
 Annotation = Literal[
     "control", "over_broad", "too_narrow", "wrong_class", "wrong_class_bufferable",

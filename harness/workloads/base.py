@@ -10,9 +10,9 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from atomix.schemas import ToolSchema
-from harness.agent import AgentOutcome, AgentPolicy, Task
-from harness.substrates import TrialEnv
-from harness.tooling import ToolDef
+from harness.agents.task import AgentOutcome, AgentPolicy, Task
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import ToolDef
 
 
 @dataclass

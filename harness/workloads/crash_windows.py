@@ -32,11 +32,11 @@ from typing import Any, Literal
 
 from atomix.log import LOG_FILE
 from atomix.recovery import recover
-from harness.agent import AgentOutcome
-from harness.substrates import TrialEnv
-from harness.tooling import ToolDef
+from harness.agents.task import AgentOutcome
 from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.crash_child import IN_FLIGHT, NOT_REACHED, TABLE, WINDOWS
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import ToolDef
 
 Window = Literal["before_intent", "after_intent", "after_commit_mark", "after_apply", "after_settled_mark"]
 ROOT = Path(__file__).resolve().parents[2]

@@ -37,11 +37,11 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from atomix.effects import AbortSource
-from harness.agent import AgentOutcome, AgentPolicy, Step, Task
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolDef
+from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
 from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.synthetic import TOOLS as SYNTHETIC_TOOLS
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolDef
 
 LOG = "ledger.log"
 

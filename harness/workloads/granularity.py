@@ -42,11 +42,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from harness.agent import AgentOutcome, AgentPolicy, Step, Task
-from harness.oracle import has_cycle
-from harness.substrates import TrialEnv
+from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
 from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.synthetic import TOOLS
+from harness.world.oracle import has_cycle
+from harness.world.substrates import TrialEnv
 
 TABLE = "rows"
 INITIAL = 100

@@ -7,7 +7,7 @@ mode session's code is recorded with the session's class. From that, measured on
 (`harness.workloads.loc`; lines of code: non-blank, non-comment, non-docstring):
 
 - `integration_loc`: the one-time harness integration, the module of the session class that
-  read the tools (harness/tx_mode.py for tx-full, baselines/<mode>.py for a baseline);
+  read the tools (harness/modes/tx.py for tx-full, baselines/<mode>.py for a baseline);
 - `library_loc`: the `atomix` library code that module builds on (the runtime for tx-full),
   classes it names counted whole;
 - `wiring_loc`: the per-tool metadata the mechanism read, over the whole retail tool table:
@@ -39,11 +39,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.agent import AgentOutcome, AgentPolicy, Step, Task
-from harness.modes import ModeSession
-from harness.oracle import stale_commits
-from harness.substrates import TrialEnv
-from harness.tooling import ToolDef
+from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
+from harness.modes.base import ModeSession
 from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.loc import (
     ROOT,
@@ -56,8 +53,11 @@ from harness.workloads.loc import (
 )
 from harness.workloads.retail.data import RetailData, cow_db, load_retail, pending_orders
 from harness.workloads.retail.substrate import NOTIFY, RETAIL_TOOLS, RetailStore
+from harness.world.oracle import stale_commits
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import ToolDef
 
-#: The settlement metadata of a tool a mechanism may need (harness.tooling.ToolDef). `run`
+#: The settlement metadata of a tool a mechanism may need (harness.world.tooling.ToolDef). `run`
 #: (the tool itself), `name`, `idempotent` (an op-log annotation for the oracle) and
 #: `alternatives` (the agent's) are not wiring.
 WIRING_FIELDS = ("reads", "writes", "effect", "key", "before", "undo", "check")

@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 from atomix.effects import AbortSource
-from harness.agent import AgentPolicy, Step, Task
-from harness.faults import ToolTimeout
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolDef, ToolError
+from harness.agents.task import AgentPolicy, Step, Task
 from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.synthetic import TOOLS as SYNTHETIC_TOOLS
+from harness.world.faults import ToolTimeout
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolDef, ToolError
 
 Source = Literal["tool_failure", "losing_speculation", "stale_read", "pre_commit_veto", "timeout"]
 SOURCES: tuple[str, ...] = get_args(Source)

@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import Field
 
-from harness.agent import AgentOutcome, AgentPolicy, Step, Task
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolDef
+from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
 from harness.workloads.base import Scenario, WorkloadParams
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolDef
 
 Maker = Callable[[random.Random], tuple[str, list[Step]]]
 

@@ -39,11 +39,11 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from atomix.effects import AbortSource
-from harness.agent import AgentOutcome, AgentPolicy, Step, Task
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery
+from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
 from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.synthetic import TOOLS
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery
 
 #: The effect classes measured, in the order tables show them.
 CLASSES: tuple[str, ...] = ("buffer", "files", "db", "booking", "mailbox")

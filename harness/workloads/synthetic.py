@@ -40,10 +40,10 @@ from typing import Any
 from pydantic import Field
 
 from atomix.effects import EffectClass
-from harness.agent import AgentPolicy, Step, Task
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolDef, ToolError
+from harness.agents.task import AgentPolicy, Step, Task
 from harness.workloads.base import Scenario, WorkloadParams
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolDef, ToolError
 
 
 def _none(env: TrialEnv, args: dict[str, Any]) -> list[str]:

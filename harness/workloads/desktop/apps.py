@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from atomix.scopes import named_scope
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolError
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolError
 
 Meta = Mapping[str, Any]
 APPS: tuple[str, ...] = ("editor", "files", "mail", "settings")

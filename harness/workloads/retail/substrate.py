@@ -14,8 +14,6 @@ from typing import Any
 
 from atomix.adapters import OpLog
 from atomix.effects import EffectClass
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolDef, ToolError
 from harness.workloads.retail.data import db_sha256, fork_db
 from harness.workloads.retail.tools import (
     TOOLS,
@@ -26,6 +24,8 @@ from harness.workloads.retail.tools import (
     restore,
     snapshot,
 )
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolDef, ToolError
 
 SUBSTRATE = "retail"
 # Writes that set fields to given values: applying one twice leaves the same DB.

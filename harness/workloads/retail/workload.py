@@ -32,8 +32,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from atomix.schemas import ToolSchema, function_schema
-from harness.agent import AgentOutcome, AgentPolicy, Step, Task
-from harness.substrates import TrialEnv
+from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
 from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.retail.data import (
     RetailData,
@@ -47,6 +46,7 @@ from harness.workloads.retail.data import (
 from harness.workloads.retail.substrate import NOTIFY, RETAIL_TOOLS, SUBSTRATE, RetailStore
 from harness.workloads.retail.tasks import gold_actions, select_tasks
 from harness.workloads.retail.tools import TOOLS, RetailToolError, call_tool
+from harness.world.substrates import TrialEnv
 
 _EMPTY = {"buffer": {}, "files": {}, "db": {}, "mailbox": []}
 

@@ -21,13 +21,13 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from harness.agent import AgentOutcome
-from harness.substrates import TrialEnv
+from harness.agents.task import AgentOutcome
 from harness.workloads.base import Scenario
 from harness.workloads.scripted import ScriptedParams, scripted_scenario
 from harness.workloads.webshop import shop
 from harness.workloads.webshop.tasks import goal_state, task_bank
 from harness.workloads.webshop.tools import TOOLS
+from harness.world.substrates import TrialEnv
 
 __all__ = ["TOOLS", "WebshopParams", "WebshopWorkload"]
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from atomix.scopes import named_scope
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolError
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolError
 
 SITE = "shop.local"
 Meta = Mapping[str, Any]

@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from harness.agent import Step, Task
+from harness.agents.task import Step, Task
 from harness.workloads.scripted import ScriptedTask, draw_bank, replay_goal
 from harness.workloads.webshop import shop
 from harness.workloads.webshop.tools import TOOLS

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from atomix.effects import EffectClass
-from harness.substrates import TrialEnv
-from harness.tooling import Delivery, ToolDef
 from harness.workloads.webshop import shop
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolDef
 
 B, R, IRR = EffectClass.BUFFERABLE, EffectClass.REVERSIBLE, EffectClass.IRREVERSIBLE
 Args = dict[str, Any]

@@ -1,0 +1,556 @@
+"""The LLM agent of the harness: a real model behind an OpenAI-compatible endpoint (OpenAI,
+vLLM, llama.cpp's server) plans and calls the workload's tools (`agent.kind: llm`).
+
+tau2's solo style: the system prompt is tau2's solo instructions with the retail policy
+(`system_prompt: tau2`) or a few lines for small models (`short`, which also ends the ticket
+with "Call a function."); the task's ticket is the user message; the workload's tools are
+offered with their JSON schemas (`atomix.schemas`). Each tool call the model makes
+becomes a harness `ToolCall` delivered through the mode's session, so faults are injected
+below the mode exactly as for every agent. Results go back to the model as tool messages (as
+user messages naming the call with `tool_result_role: user`, for chat templates without a
+tool role), and so do errors: the tool's refusal, an injected fault as the caller sees it
+(an error or a time-out, never its class), an unknown tool, arguments that are not a JSON
+object.
+
+Budget: `agent.max_steps` counts the tool calls the model issues (tau2's max_steps),
+invalid ones and those of restarted attempts included.
+
+Ending: the conversation ends when the model answers without a tool call; then the agent
+commits (a task's pre-commit veto aborts instead). When the budget runs out first, or the
+server refuses the conversation (HTTP 400, e.g. it outgrew the context window), the task is
+unfinished and its transaction aborts, as the scripted agent's does when its budget runs
+out.
+
+Aborts by the mode: a non-retryable one ends the task. After a retryable one (a stale read,
+a time-out) the agent starts a fresh attempt: a new transaction and a fresh conversation
+from the ticket, as if restarted (the mode undid or never released the aborted attempt's
+effects). A mode that resumes from a checkpoint (`checkpoint-replay`) gets the conversation
+as it stood after the last completed turn, and the agent goes on from there. An attempt has
+its own conversation in the record.
+
+Op ids: a call's op id is `<agent>/<task>/<n>`, n the ordinal of the first call of this
+attempt with the same tool and arguments: the model repeating a call is the same logical
+call retried, as a scripted agent's retry of a step is, so a duplicate application shows in
+the oracle's count.
+
+Determinism: completions are cached on disk by request hash (`harness.agents.llm_cache`), so a
+repeated or resumed run makes no second call and gets the same records. Wall-clock latency
+is the only thing that differs between runs, and it goes to the record's `timings`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atomix.effects import AbortSource, EffectClass
+from harness.agents.llm_cache import CompletionCache, default_cache_dir
+from harness.agents.policies import AgentConfig
+from harness.agents.task import AgentOutcome, AgentPolicy, Task, settle_attempt
+from harness.errors import RunError
+from harness.modes.base import Aborted, AgentContext, ModeSession, TrialMode
+from harness.world import faults
+from harness.world.clock import Sleep
+from harness.world.tooling import ToolCall, ToolDef, ToolError
+
+__all__ = [
+    "Briefing",
+    "LlmOutcome",
+    "ModelClient",
+    "ModelError",
+    "briefing",
+    "run_llm_agent",
+    "wire_messages",
+]
+
+DUMMY_API_KEY = "sk-no-key"  # what a local server gets when no key is configured
+
+_TAU2_INSTRUCTIONS = """\
+You are a customer service agent who helps the user according to the <policy> below.
+You are given a ticket with the user's request (it speaks to the user: "you" is the user).
+Plan, and call the tools to resolve the ticket. You cannot talk to the user, only call tools.
+When the ticket is resolved, or cannot be, reply with a short summary and no tool call.
+Always follow the policy. Always generate valid JSON only."""
+
+_SHORT_PROMPT = """\
+You are a retail customer service agent. Resolve the user's ticket by calling tools; you \
+cannot talk to the user. The ticket speaks to the user ("you" is the user). First find the \
+user id (by email, or by name and zip), then read the orders and products you need, then \
+make the change the ticket asks for. Order ids start with '#'. When done, reply with a \
+one-line summary and no tool call."""
+
+
+@dataclass(frozen=True)
+class Briefing:
+    """What the model is told before a task: the system prompt and the offered tools (OpenAI
+    tools format, names of the workload's tools)."""
+
+    system: str
+    tools: tuple[dict[str, Any], ...]
+    nudge: str = ""  # appended to the ticket
+
+    def opening(self, ticket: str) -> list[dict[str, Any]]:
+        """A fresh conversation about `ticket`."""
+        return [{"role": "system", "content": self.system},
+                {"role": "user", "content": ticket + self.nudge}]
+
+
+def briefing(
+    config: AgentConfig, workload: str, tasks: Sequence[Task], tool_schemas: Sequence[Any],
+    domain_policy: str, tools: Mapping[str, ToolDef],
+) -> Briefing:
+    """The briefing for a scenario; RunError when the workload gives the model nothing to go
+    on (a task without a ticket, no tool schemas) or offers a tool it does not have."""
+    if not tool_schemas or any(not t.ticket for t in tasks):
+        raise RunError(
+            f"agent.kind llm: workload {workload!r} gives its tasks no ticket (a request in "
+            "words) or offers no tool schemas, so a model has nothing to act on; use "
+            "agent.kind gold or llm-like with it, or a workload with tickets (tau_retail)"
+        )
+    unknown = sorted(s.name for s in tool_schemas if s.name not in tools)
+    if unknown:
+        raise RunError(f"workload {workload!r} offers tools it does not have: {unknown}")
+    tools_offered = tuple(s.openai() for s in tool_schemas)
+    if config.system_prompt == "tau2":
+        system = f"<instructions>\n{_TAU2_INSTRUCTIONS}\n</instructions>\n<policy>\n{domain_policy.strip()}\n</policy>"
+        return Briefing(system, tools_offered)
+    # A small model told only the ticket tends to answer it in words at once (Gemma 3 270M
+    # did on every tau2 retail ticket tried); a last line asking for a call gets it to act.
+    return Briefing(_SHORT_PROMPT, tools_offered, "\n\nCall a function.")
+
+
+class ModelError(Exception):
+    """The server refused this conversation (HTTP 400/422, e.g. longer than its context):
+    the agent cannot go on with it. Cached like an answer, so a rerun refuses alike."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One completion as the agent uses it: the assistant message (OpenAI format), its token
+    usage, and whether it came from the cache with what wall-clock latency."""
+
+    message: dict[str, Any]
+    usage: dict[str, int]
+    cached: bool
+    latency_s: float
+
+
+_CLIENTS: dict[tuple[str, str, float], Any] = {}  # one SDK client per endpoint per process
+_WARNED: set[str] = set()
+
+
+def _api_key(env: str | None) -> str:
+    if env is None:
+        return DUMMY_API_KEY
+    key = os.environ.get(env)
+    if key:
+        return key
+    if env not in _WARNED:
+        _WARNED.add(env)
+        print(f"note: agent.api_key_env: ${env} is not set; sending a dummy key "
+              "(fine for a local server)", file=sys.stderr)
+    return DUMMY_API_KEY
+
+
+class ModelClient:
+    """Chat completions for one agent config, through the on-disk cache.
+
+    Guarantees: a request answered before (by any run using the same cache directory) is
+    answered from the cache without contacting the server, with the same reply; a new answer
+    is stored before it is used. The `openai` SDK is imported only on a cache miss.
+    """
+
+    def __init__(self, config: AgentConfig, cache_dir: str | Path | None = None) -> None:
+        assert config.kind == "llm" and config.model and config.base_url
+        self.config = config
+        root = cache_dir or config.cache_dir or default_cache_dir()
+        self.cache = CompletionCache(Path(root).expanduser())
+
+    def request(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The canonical request: what is sent, plus the endpoint (part of the cache key)."""
+        c = self.config
+        request: dict[str, Any] = {
+            "base_url": c.base_url,
+            "model": c.model,
+            "messages": wire_messages(messages, c.tool_result_role),
+            "tools": [dict(t) for t in tools],
+            "tool_choice": c.tool_choice,
+            "temperature": c.temperature,
+        }
+        if c.seed is not None:
+            request["seed"] = c.seed
+        if c.max_tokens is not None:
+            request["max_tokens"] = c.max_tokens
+        return request
+
+    def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> Reply:
+        request = self.request(messages, tools)
+        stored = self.cache.get(request)
+        cached, latency = stored is not None, 0.0
+        if stored is None:
+            start = time.perf_counter()
+            fresh = self._ask(request)
+            latency = time.perf_counter() - start
+            try:
+                stored = self.cache.put(request, fresh)
+            except OSError as exc:
+                raise RunError(f"agent.cache_dir: {exc}") from None
+        if "error" in stored:
+            raise ModelError(str(stored["error"]))
+        return Reply(stored["message"], stored["usage"], cached, latency)
+
+    def _client(self) -> Any:
+        try:
+            import openai
+        except ImportError:
+            raise RunError(
+                "agent.kind llm needs the openai package, which is not installed: "
+                "pip install '.[llm]'"
+            ) from None
+        c = self.config
+        key = (str(c.base_url), _api_key(c.api_key_env), c.request_timeout_s)
+        if key not in _CLIENTS:
+            _CLIENTS[key] = openai.OpenAI(
+                base_url=key[0], api_key=key[1], timeout=c.request_timeout_s, max_retries=2
+            )
+        return _CLIENTS[key]
+
+    def _ask(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """One real call; the reply normalised to what the agent and the cache keep."""
+        import openai  # _client() said whether it is there
+
+        client = self._client()
+        sent = {k: v for k, v in request.items() if k != "base_url"}
+        try:
+            completion = client.chat.completions.create(**sent)
+        except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
+            # About this conversation, not the server: the same request is refused again.
+            return {"error": f"HTTP {exc.status_code}: {_error_text(exc)}"}
+        except openai.APIStatusError as exc:
+            raise RunError(
+                f"agent: the model server at {request['base_url']} answered HTTP "
+                f"{exc.status_code}: {_error_text(exc)} (model {request['model']!r}; check "
+                "agent.model, agent.api_key_env and the server)"
+            ) from None
+        except openai.APIError as exc:  # connection refused, time-out, broken response
+            raise RunError(
+                f"agent: no completion from {request['base_url']} ({type(exc).__name__}: "
+                f"{str(exc).rstrip('.')}); start the server, or point agent.base_url at one"
+            ) from None
+        return normalise(completion)
+
+
+def wire_messages(messages: Sequence[Mapping[str, Any]], tool_result_role: str) -> list[dict[str, Any]]:
+    """The conversation as sent: an assistant message without text has content "" (not null,
+    which llama.cpp's server refuses); with `tool_result_role` "user", each tool message
+    becomes a user message that names the call it answers (for templates without a tool role)."""
+    names: dict[Any, str] = {}
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        for call in m.get("tool_calls") or ():
+            names[call.get("id")] = str((call.get("function") or {}).get("name"))
+        if m.get("role") == "tool" and tool_result_role == "user":
+            name = names.get(m.get("tool_call_id"), "the tool")
+            out.append({"role": "user", "content": f"Result of {name}:\n{m.get('content')}"})
+        elif m.get("role") == "assistant" and m.get("content") is None:
+            out.append({**m, "content": ""})
+        else:
+            out.append(dict(m))
+    return out
+
+
+def _error_text(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, Mapping) else inner
+        if message:
+            return str(message)[:500]
+    return str(getattr(exc, "message", exc))[:500]
+
+
+def normalise(completion: Any) -> dict[str, Any]:
+    """The first choice of a chat completion as plain JSON: the assistant message (content,
+    function tool calls), the finish reason and the token usage."""
+    if not completion.choices:
+        return {"error": "the server returned no choices"}
+    choice = completion.choices[0]
+    msg = choice.message
+    message: dict[str, Any] = {"role": "assistant", "content": msg.content}
+    calls = []
+    for i, tc in enumerate(msg.tool_calls or []):
+        function = getattr(tc, "function", None)
+        if function is None:
+            continue  # a custom (non-function) tool call: nothing offered it
+        calls.append({
+            "id": tc.id or f"call_{i}",
+            "type": "function",
+            "function": {"name": function.name, "arguments": function.arguments or ""},
+        })
+    if calls:
+        message["tool_calls"] = calls
+    usage = completion.usage
+    prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+    completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+    return {
+        "message": message,
+        "finish_reason": choice.finish_reason,
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion_tokens},
+    }
+
+
+@dataclass(slots=True)
+class LlmOutcome(AgentOutcome):
+    """An LLM agent's outcome plus its transcript: every attempt's conversation, every tool
+    call with what became of it, token usage, and per request its latency (wall clock, for
+    the record's timings) and whether the cache answered it."""
+
+    conversations: list[list[dict[str, Any]]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, int] = field(
+        default_factory=lambda: {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    )
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    stop: str = ""  # why the last conversation ended: answered, out_of_budget, model_error, aborted
+
+    def record(self) -> dict[str, Any]:
+        """The transcript for the trial record (deterministic: no clock in it)."""
+        return {"llm": {"stop": self.stop, "usage": dict(self.usage),
+                        "tool_calls": self.tool_calls, "conversations": self.conversations}}
+
+    def timings(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent,
+            "latency_s": sum(r["latency_s"] for r in self.requests),
+            "cached": sum(r["cached"] for r in self.requests),
+            "requests": self.requests,
+        }
+
+
+class _Stop(Exception):
+    """The agent stops the task unfinished: its budget ran out, or the model cannot go on."""
+
+    def __init__(self, message: str, *, out_of_budget: bool) -> None:
+        super().__init__(message)
+        self.out_of_budget = out_of_budget
+
+
+def _content(result: Any) -> str:
+    """A tool result as the text of a tool message (tau2: strings as they are, else JSON)."""
+    if isinstance(result, str):
+        return result
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        result = dataclasses.asdict(result)  # e.g. an Ack of a staged or queued effect
+    return json.dumps(result, ensure_ascii=False, default=str)
+
+
+def _arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """(arguments, None), or (None, what is wrong with them)."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as exc:
+        return None, f"the arguments are not valid JSON ({exc.msg} at position {exc.pos})"
+    if not isinstance(args, dict):
+        return None, f"the arguments must be a JSON object, got {type(args).__name__}"
+    return args, None
+
+
+class _Attempt:
+    """One attempt's tool execution: op ids, budget, the session, what the record keeps."""
+
+    def __init__(
+        self, session: ModeSession, ctx: AgentContext, task: Task, tools: Mapping[str, ToolDef],
+        offered: frozenset[str], outcome: LlmOutcome, wrapper_retries: int,
+    ) -> None:
+        self.session, self.ctx, self.task, self.tools = session, ctx, task, tools
+        self.offered, self.outcome, self.wrapper = offered, outcome, wrapper_retries
+        self.ordinals: dict[str, int] = {}
+
+    def op_id(self, name: str, args: Mapping[str, Any]) -> str:
+        same = json.dumps([name, args], sort_keys=True, ensure_ascii=False, default=str)
+        n = self.ordinals.setdefault(same, len(self.ordinals))
+        return f"{self.ctx.agent}/{self.task.task_id}/{n}"
+
+    async def execute(self, tool_call: Mapping[str, Any]) -> str:
+        """Deliver one tool call of the model; the text the model gets back. Raises Aborted
+        when the mode aborts the transaction."""
+        function = tool_call.get("function") or {}
+        name = str(function.get("name"))
+        entry: dict[str, Any] = {"attempt": self.outcome.attempts, "id": tool_call.get("id"),
+                                 "name": name, "arguments": function.get("arguments")}
+        self.outcome.tool_calls.append(entry)
+        if name not in self.offered:
+            entry["outcome"] = "unknown_tool"
+            return f"Error: unknown tool {name!r}; the tools are: {', '.join(sorted(self.offered))}"
+        args, problem = _arguments(function.get("arguments"))
+        if args is None:
+            entry["outcome"] = "bad_arguments"
+            return f"Error: {problem}"
+        entry["arguments"] = args
+        call = ToolCall(self.tools[name], args, op_id=self.op_id(name, args))
+        entry["op"] = call.op_id
+        if call.tool.effect is EffectClass.IRREVERSIBLE:
+            self.outcome.irreversible_calls += 1
+        for retry in range(self.wrapper + 1):
+            try:
+                result = await self.session.call(call)
+            except faults.ToolFault as exc:
+                if retry < self.wrapper:
+                    continue
+                entry["outcome"] = "timeout" if isinstance(exc, faults.ToolTimeout) else "error"
+                return f"Error: {exc}"
+            except ToolError as exc:
+                entry["outcome"] = "refused"
+                return f"Error: {exc}"
+            except Aborted as exc:
+                entry["outcome"] = "aborted"
+                raise exc
+            entry["outcome"] = "ok"
+            return _content(result)
+        raise AssertionError("unreachable")
+
+
+async def run_llm_agent(
+    trial: TrialMode,
+    make_ctx: Callable[[int], AgentContext],
+    task: Task,
+    tools: Mapping[str, ToolDef],
+    policy: AgentPolicy,
+    rng: Any,
+    config: AgentConfig,
+    brief: Briefing,
+    client: ModelClient,
+    *,
+    wrapper_retries: int = 0,
+) -> LlmOutcome:
+    """Run `task` with the model under the trial's mode: converse until the model answers
+    (then commit) or the budget runs out (then abort); see the module docstring."""
+    assert task.ticket is not None and config.max_steps is not None
+    outcome = LlmOutcome(agent="", task_id=task.task_id)
+    offered = frozenset(t["function"]["name"] for t in brief.tools)
+    used = 0
+    resume: list[dict[str, Any]] | None = None
+    tx_attempt = 0
+    ctx: AgentContext | None = None
+    while outcome.attempts < policy.max_attempts:
+        outcome.attempts += 1
+        if resume is None:
+            tx_attempt += 1
+        ctx = make_ctx(tx_attempt)
+        outcome.agent = ctx.agent
+        # A model has no plan up front: it declares only what the task itself declares, and
+        # lock-up-front modes lock the rest as it goes.
+        ctx.extra["declared_scopes"] = sorted(task.footprint)
+        session = trial.session(ctx)
+        messages = resume if resume is not None else brief.opening(task.ticket)
+        resume = None
+        outcome.conversations.append(messages)
+        attempt = _Attempt(session, ctx, task, tools, offered, outcome, wrapper_retries)
+        try:
+            await session.begin()
+            while True:
+                lo, hi = policy.plan_delay_ms
+                if hi > 0:
+                    await Sleep(rng.uniform(lo, hi))
+                try:
+                    reply = client.complete(messages, brief.tools)
+                except ModelError as exc:
+                    outcome.stop = "model_error"
+                    raise _Stop(f"the model server refused the conversation: {exc}",
+                                out_of_budget=False) from None
+                outcome.requests.append({"latency_s": reply.latency_s, "cached": reply.cached})
+                outcome.usage["requests"] += 1
+                for key in ("prompt_tokens", "completion_tokens"):
+                    outcome.usage[key] += int(reply.usage.get(key, 0))
+                messages.append(copy.deepcopy(reply.message))
+                calls = reply.message.get("tool_calls") or []
+                if not calls:
+                    outcome.stop = "answered"
+                    break
+                for tool_call in calls:
+                    if used >= config.max_steps:
+                        outcome.stop = "out_of_budget"
+                        raise _Stop(f"step budget of {config.max_steps} tool calls exhausted",
+                                    out_of_budget=True)
+                    used += 1
+                    text = await attempt.execute(tool_call)
+                    messages.append({"role": "tool", "tool_call_id": tool_call.get("id"),
+                                     "content": text})
+                # At a turn's end every call has its answer: a conversation to resume from.
+                session.checkpoint(used, {"messages": copy.deepcopy(messages)})
+            await settle_attempt(session, task, outcome, tx_attempt)
+            break
+        except Aborted as exc:
+            outcome.aborts.append(exc.source.value)
+            outcome.stop = "aborted"
+            if not exc.retryable:
+                outcome.failure = str(exc)
+                break
+            saved = session.restore()
+            if saved is not None and saved[1].get("messages"):
+                resume = saved[1]["messages"]
+            await Sleep(policy.replan_backoff_ms * rng.uniform(0.5, 1.5))
+        except _Stop as exc:
+            outcome.failure = str(exc)
+            outcome.out_of_budget = exc.out_of_budget
+            try:
+                await session.abort(AbortSource.TOOL_FAILURE, str(exc))
+                outcome.aborts.append(AbortSource.TOOL_FAILURE.value)
+            except Aborted as again:
+                outcome.aborts.append(again.source.value)
+            break
+        finally:
+            outcome.reported_residue += getattr(session, "reported_residue", 0)
+            outcome.blocked_ms += ctx.blocked_ms
+            ctx.blocked_ms = 0.0
+    else:
+        outcome.failure = outcome.failure or f"gave up after {policy.max_attempts} attempts"
+    assert ctx is not None
+    outcome.steps = used
+    outcome.finished_at_ms = ctx.clock.now
+    return outcome
+
+
+class LlmLoop:
+    """`agent.kind: llm` as a trial runs it (harness.agents.loops): one briefing and one model
+    client per trial, shared by its tasks; records gain each agent's conversations and token
+    usage, and the trial's per-request latency goes under `timings.llm`."""
+
+    def __init__(self, spec: Any, scenario: Any, tools: Mapping[str, ToolDef]) -> None:
+        self.spec = spec
+        self.tools = tools
+        self.policy = scenario.policy
+        self.brief = briefing(spec.agent, spec.workload, scenario.tasks, scenario.tool_schemas,
+                              scenario.domain_policy, tools)
+        self.client = ModelClient(spec.agent)
+
+    async def run(
+        self, trial_mode: Any, make_ctx: Callable[[int], Any], task: Task, rng: random.Random,
+        reactions: random.Random,
+    ) -> AgentOutcome:
+        return await run_llm_agent(
+            trial_mode, make_ctx, task, self.tools, self.policy, rng, self.spec.agent,
+            self.brief, self.client, wrapper_retries=self.spec.agent.wrapper_retries_for(self.spec.mode))
+
+    def metrics(self, outcomes: list[AgentOutcome]) -> dict[str, Any]:
+        # Tokens the conversations took (cached answers count what they cost once).
+        return {f"llm_{key}": sum(o.usage[key] for o in outcomes)  # type: ignore[attr-defined]
+                for key in ("requests", "prompt_tokens", "completion_tokens")}
+
+    def record(self, outcome: AgentOutcome) -> dict[str, Any]:
+        return outcome.record()  # type: ignore[attr-defined]
+
+    def timings(self, outcomes: list[AgentOutcome]) -> dict[str, Any]:
+        # Wall-clock model latency per request (0 and cached when the cache answered).
+        return {"llm": [o.timings() for o in outcomes]}  # type: ignore[attr-defined]

@@ -1,0 +1,81 @@
+"""Agent loops by `agent.kind`: how a trial runs each task's agent and what the agent adds to
+the record. A new kind of agent is a class here (or in its own module) plus one registry line;
+`harness.experiment.trial` never asks which kind it runs.
+
+- `scripted` (kinds `gold`, `llm-like`): `harness.agents.task.run_agent` with the kind's policy.
+- `llm` (`harness.agents.llm`): a real model; imported only when a config asks for it, since it
+  is the one agent that needs an SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from harness.agents.policies import make_policy
+from harness.agents.task import AgentOutcome, run_agent
+from harness.modes.base import AgentContext, TrialMode
+from harness.world.tooling import ToolDef
+
+__all__ = ["LOOPS", "AgentLoop", "ScriptedLoop", "make_loop"]
+
+
+class AgentLoop(Protocol):
+    """Runs one task's agent in a trial; the same loop serves every task of the trial.
+    `metrics`, `record` and `timings` add the kind's own facts (nothing for scripted agents);
+    `timings` is the only part that may differ between identical runs."""
+
+    async def run(
+        self, trial_mode: TrialMode, make_ctx: Callable[[int], AgentContext], task: Any,
+        rng: random.Random, reactions: random.Random,
+    ) -> AgentOutcome: ...
+
+    def metrics(self, outcomes: list[AgentOutcome]) -> dict[str, Any]: ...
+
+    def record(self, outcome: AgentOutcome) -> dict[str, Any]: ...
+
+    def timings(self, outcomes: list[AgentOutcome]) -> dict[str, Any]: ...
+
+
+class ScriptedLoop:
+    """A task's plan performed step by step; the kind's policy reacts to failed calls."""
+
+    def __init__(self, spec: Any, scenario: Any, tools: Mapping[str, ToolDef]) -> None:
+        self.tools = tools
+        self.policy = scenario.policy
+        self.behaviour = make_policy(
+            spec.agent, spec.mode, step_retries=scenario.policy.step_retries,
+            tool_errors_fatal=scenario.policy.tool_errors_fatal,
+        )
+
+    async def run(
+        self, trial_mode: TrialMode, make_ctx: Callable[[int], AgentContext], task: Any,
+        rng: random.Random, reactions: random.Random,
+    ) -> AgentOutcome:
+        return await run_agent(trial_mode, make_ctx, task, self.tools, self.policy, rng,
+                               self.behaviour, reactions)
+
+    def metrics(self, outcomes: list[AgentOutcome]) -> dict[str, Any]:
+        return {}
+
+    def record(self, outcome: AgentOutcome) -> dict[str, Any]:
+        return {}
+
+    def timings(self, outcomes: list[AgentOutcome]) -> dict[str, Any]:
+        return {}
+
+
+#: agent.kind -> (module, class) of its loop.
+LOOPS: dict[str, tuple[str, str]] = {
+    "gold": ("harness.agents.loops", "ScriptedLoop"),
+    "llm-like": ("harness.agents.loops", "ScriptedLoop"),
+    "llm": ("harness.agents.llm", "LlmLoop"),
+}
+
+
+def make_loop(spec: Any, scenario: Any, tools: Mapping[str, ToolDef]) -> AgentLoop:
+    """The loop of `spec.agent.kind` for one trial (`spec` a TrialSpec)."""
+    module, cls = LOOPS[spec.agent.kind]
+    return getattr(importlib.import_module(module), cls)(spec, scenario, tools)

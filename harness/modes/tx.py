@@ -1,0 +1,210 @@
+"""`tx-full`: the Atomix runtime, unmodified, driven on the virtual clock; and its ablations.
+
+The harness's shim turns each workload tool call into the runtime's own steps (read,
+externalize, stage, commit, abort) through `TxSession`; the protocol itself is the core's.
+Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
+tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
+mixed 0.10/0.30, N=100/100/300/300):
+Wins: 90/77 on tau_retail (ties no-frontier and tcc; the keyless modes reach 67 at 0.30,
+because a retry after an error whose effect had landed is refused by tau2 and the agent may
+then give up, leaving residue); 90/77 with notifications, where no mail leaked or doubled
+(the gate and the keys) while saga, occ, no-tx and checkpoint-replay fell to 77/47 with 17
+leaked and 16 duplicated mails at 0.30; 94/100/80/52 on tau_stress, the best but for
+no-frontier at mixed 0.10 (87 over N=100).
+Loses: waiting (43-634 ms mean on tau_stress) and, at mixed 0.30, 279 invariant violations in
+300 runs, mostly from F3: a failed compensation of an aborted attempt leaves its write under a
+later commit (classified as residue, so not unclassified, but the run is not clean). With
+the paper's asymmetric protocol (3 wrapper retries for tx-full only) it reaches 100/100.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from atomix.decisions import Settlement
+from atomix.effects import AbortSource, Effect, EffectClass
+from atomix.errors import TransactionAborted
+from atomix.manager import RuntimeOptions
+from atomix.scopes import NAIVE
+from atomix.session import ApplyAbort, ApplyCommit, Block, Coordinator, Run, Steps, TxSession
+from atomix.settle import carry_out_abort, carry_out_commit
+from atomix.tools import Ack
+from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.world import faults
+from harness.world.clock import VirtualClock, VSignal
+from harness.world.substrates import TrialEnv
+from harness.world.tooling import Delivery, ToolCall
+
+
+class VirtualDriver:
+    """Executes a session's instructions on the virtual clock for one agent."""
+
+    def __init__(self, ctx: AgentContext) -> None:
+        self.ctx = ctx
+        self.timeout: float | None = ctx.settings.timeout_ms
+
+    def new_signal(self) -> VSignal:
+        return self.ctx.clock.signal()
+
+    def now(self) -> float:
+        return self.ctx.clock.now
+
+    async def drive(self, steps: Steps) -> Any:
+        send: Any = None
+        throw: BaseException | None = None
+        while True:
+            try:
+                instr = steps.throw(throw) if throw is not None else steps.send(send)
+            except StopIteration as stop:
+                return stop.value
+            send, throw = None, None
+            if isinstance(instr, Block):
+                try:
+                    send = await self.ctx.block(instr.signal, instr.timeout)  # type: ignore[arg-type]
+                except GeneratorExit:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - an interrupted waiter aborts (cancelled)
+                    throw = exc
+            elif isinstance(instr, Run):
+                try:
+                    send = instr.fn()
+                except Exception as exc:  # noqa: BLE001 - handed back to the session
+                    throw = exc
+                await self.ctx.boundary.pay()
+            elif isinstance(instr, ApplyCommit):
+                send = carry_out_commit(instr.plan, attempts=self.ctx.settings.apply_attempts)
+                await self.ctx.boundary.pay()
+            elif isinstance(instr, ApplyAbort):
+                send = carry_out_abort(instr.plan)
+                await self.ctx.boundary.pay()
+
+
+class TxTrial(TrialMode):
+    """One runtime (coordinator) shared by all agents of a trial."""
+
+    def __init__(
+        self, env: TrialEnv, clock: VirtualClock, settings: ModeSettings, options: RuntimeOptions
+    ) -> None:
+        super().__init__(env, clock, settings)
+        # run_id "": keys stay a function of the trial alone, so records reproduce from a seed.
+        self.co = Coordinator(options, apply_attempts=settings.apply_attempts, run_id="")
+
+    def session(self, ctx: AgentContext) -> TxModeSession:
+        return TxModeSession(self, ctx)
+
+
+class TxModeSession(ModeSession):
+    """The harness shim over one Atomix transaction."""
+
+    restarts_after_abort = True  # its abort leaves nothing behind, so a fresh attempt is safe
+
+    trial: TxTrial
+
+    def __init__(self, trial: TxTrial, ctx: AgentContext) -> None:
+        super().__init__(trial, ctx)
+        self.driver = VirtualDriver(ctx)
+        self.tx: TxSession | None = None
+        self.settlement: Settlement | None = None
+
+    @property
+    def reported_residue(self) -> int:
+        """Failed compensations the runtime classified as residue in its settlement."""
+        return len(self.settlement.residue) if self.settlement is not None else 0
+
+    async def begin(self) -> None:
+        self.tx = self.trial.co.begin(trace=self.ctx.trace)
+
+    async def _drive(self, steps: Steps) -> Any:
+        try:
+            return await self.driver.drive(steps)
+        except TransactionAborted as exc:
+            self.settlement = exc.settlement  # type: ignore[assignment]
+            raise Aborted(exc.source, exc.detail) from None
+
+    async def call(self, call: ToolCall) -> Any:
+        assert self.tx is not None, "begin() first"
+        tx, ctx, tool, args = self.tx, self.ctx, call.tool, call.args
+        env, boundary, site = ctx.env, ctx.boundary, call.op_id
+        reads = tool.reads(env, args)
+        # A reversible call reads in the step that lets it run (one wait, not two).
+        if reads and tool.effect is not EffectClass.REVERSIBLE:
+            await self._drive(tx.read_steps(reads, self.driver))
+        if tool.effect is None:
+            delivery = Delivery(None, ctx.meta(call.op_id, read=True))
+            return await self._drive(_run(lambda: boundary.deliver(site, lambda: tool.run(env, args, delivery))))
+        key = tx.key(tool.name, tool.key(args) if tool.key is not None else call.op_id)
+        scopes = tuple(self.trial.co.core.scope(s) for s in tool.writes(env, args))
+        delivery = Delivery(key, ctx.meta(call.op_id, epoch=tx.epoch, idem=tool.idempotent))
+        if tool.effect is EffectClass.REVERSIBLE:
+            await self._drive(tx.externalize_steps(scopes, self.driver, reads))
+            assert tool.before is not None and tool.undo is not None
+            before = tool.before(env, args)
+            undo = tool.undo
+            undo_delivery = Delivery(None, {**delivery.meta, "undo": True})
+            effect = Effect(
+                tool.name,
+                EffectClass.REVERSIBLE,
+                scopes,
+                key,
+                compensate=lambda: boundary.compensate(site, lambda: undo(env, args, before, undo_delivery)),
+                payload=call,
+            )
+            try:
+                result = boundary.deliver(site, lambda: tool.run(env, args, delivery))
+            except faults.ToolFault:
+                # A failed call may or may not have landed, and nothing says which: it must be
+                # compensable at abort all the same (restoring the before-image is harmless
+                # if it never landed, since the externalised scopes are this transaction's).
+                await boundary.pay()
+                await self._drive(tx.stage_steps(effect))
+                raise
+            except Exception:
+                await boundary.pay()
+                raise
+            await boundary.pay()
+            await self._drive(tx.stage_steps(effect))
+            return result
+        effect = Effect(
+            tool.name,
+            tool.effect,
+            scopes,
+            key,
+            apply=lambda: boundary.deliver(site, lambda: tool.run(env, args, delivery)),
+            payload=call,
+        )
+        await self._drive(tx.stage_steps(effect))
+        return Ack("staged" if tool.effect is EffectClass.BUFFERABLE else "queued", key, tool.name)
+
+    async def commit(self) -> None:
+        assert self.tx is not None
+        self.settlement = await self._drive(self.tx.commit_steps(self.driver))
+
+    async def abort(self, source: AbortSource | str, detail: str = "") -> None:
+        assert self.tx is not None
+        self.settlement = await self._drive(self.tx.abort_steps(source, detail))
+
+
+def _run(fn: Any) -> Steps:
+    return (yield Run(fn))
+
+
+def tx_factory(options: RuntimeOptions) -> Any:
+    def factory(env: TrialEnv, clock: VirtualClock, settings: ModeSettings) -> TxTrial:
+        return TxTrial(env, clock, settings, options)
+
+    return factory
+
+
+_FULL = RuntimeOptions()
+register("tx-full", "Atomix: sealed footprints, per-resource frontiers, effect-class settlement",
+         tx_factory(_FULL), family="atomix")
+for _name, _change, _what in (
+    ("tx-global-frontier", {"frontier": "global"}, "one global frontier instead of one per resource"),
+    ("tx-no-scope-on-read", {"scope_on_read": False}, "reads are not registered in the footprint"),
+    ("tx-no-abort-on-stale", {"abort_on_stale": False}, "stale reads and late accesses still commit"),
+    ("tx-naive-string-scopes", {"scopes": NAIVE}, "scopes compared as raw strings, no canonicalisation"),
+    ("tx-no-residue-classification", {"classify_residue": False}, "failed compensations not reported as residue"),
+):
+    register(_name, f"ablation of tx-full: {_what}", tx_factory(dataclasses.replace(_FULL, **_change)),
+             family="ablation", module=__name__)
