@@ -15,18 +15,15 @@ from atomix.errors import (
     ToolDefinitionError,
     TransactionAborted,
 )
+from atomix.handles import current_transaction
 from atomix.log import LogBusy, LogError, TxLog
 from atomix.manager import RuntimeOptions, TransactionManager
 from atomix.recovery import RecoveryReport, recover
-from atomix.runtime import (
-    ASavepoint,
-    Runtime,
-    Savepoint,
-    TransactionExecutor,
-    current_transaction,
-)
+from atomix.runtime import Runtime, TransactionExecutor
+from atomix.savepoints import ASavepoint, Savepoint
 from atomix.schemas import ToolSchema, function_schema, tool_schema
-from atomix.scopes import Scope, ScopePolicy, parse_scope
+from atomix.scope_parsing import ScopePolicy, parse_scope
+from atomix.scopes import Scope
 from atomix.tools import Ack, Call, ScopeTemplate
 
 __version__ = "0.1.0"

@@ -23,7 +23,8 @@ class EffectClass(StrEnum):
 
 
 # Python 3.11's EnumType has a __getattr__, which makes every `EffectClass.BUFFERABLE` a slow
-# lookup (about 0.1 µs); hot paths compare against these constants.
+# lookup (a Python-level call; `python -m harness.bench` measures the hot paths); hot paths
+# compare against these constants.
 BUFFERABLE = EffectClass.BUFFERABLE
 REVERSIBLE = EffectClass.REVERSIBLE
 IRREVERSIBLE = EffectClass.IRREVERSIBLE

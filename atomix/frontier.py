@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 from bisect import bisect_left, insort
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 from atomix.decisions import Blocker
 from atomix.scopes import Scope
@@ -145,12 +145,18 @@ class ScopeIndex:
 
     # A path runs from the kind's node down to the scope's, without the trie's root: no scope
     # names the root, so nothing ever reads its registrations or its subtree stamps.
+    @overload
+    def _path(self, scope: Scope, create: Literal[True]) -> tuple[_Node, ...]: ...
+
+    @overload
+    def _path(self, scope: Scope, create: bool) -> tuple[_Node, ...] | None: ...
+
     def _path(self, scope: Scope, create: bool) -> tuple[_Node, ...] | None:
         path = self._paths.get(scope._key)
         if path is not None:
             return path
         node = self._root
-        nodes = []
+        nodes: list[_Node] = []
         for part in scope._key:
             child = node.children.get(part)
             if child is None:
@@ -169,7 +175,7 @@ class ScopeIndex:
         if path is not None:
             return path, True
         node = self._root
-        nodes = []
+        nodes: list[_Node] = []
         for part in scope._key:
             child = node.children.get(part)
             if child is None:
@@ -205,14 +211,18 @@ class ScopeIndex:
                 mark = Blocker(txid, tx.epoch, node.text)
                 _insert(queue, mark)
                 if write:
-                    _insert(node.wqueue, mark)  # type: ignore[arg-type]
+                    wqueue = node.wqueue
+                    assert wqueue is not None  # kept (and dropped) together with `queue`
+                    _insert(wqueue, mark)
             elif len(holders) > _LAZY_MAX and self._queues:
                 _keep_in_order(node)
         elif write and txid not in node.writers:  # a reader now writes it too
             node.writers[txid] = tx
             queue = node.queue
             if queue is not None:
-                _insert(node.wqueue, queue[bisect_left(queue, tx.epoch, key=_EPOCH)])  # type: ignore[arg-type]
+                wqueue = node.wqueue
+                assert wqueue is not None  # kept (and dropped) together with `queue`
+                _insert(wqueue, queue[bisect_left(queue, tx.epoch, key=_EPOCH)])
         if eager and txid not in node.eager:
             node.eager[txid] = tx
             self.eager_count += 1
@@ -241,18 +251,20 @@ class ScopeIndex:
             elif node.queue is not None:
                 _drop(node.queue, txid, tx.epoch)
                 if written is not None:
-                    _drop(node.wqueue, txid, tx.epoch)  # type: ignore[arg-type]
+                    wqueue = node.wqueue
+                    assert wqueue is not None  # kept (and dropped) together with `queue`
+                    _drop(wqueue, txid, tx.epoch)
 
     def register_eager(self, scope: Scope, tx: Transaction) -> None:
         """Record `tx`'s externalised effect on `scope` (idempotent), without holding it: an
         index asked only about eager effects (and stamps) keeps no holders."""
         path = self._paths.get(scope._key) or self._path(scope, create=True)
-        node = path[-1]  # type: ignore[index]
+        node = path[-1]
         eager = node.eager
         txid = tx.txid
         if txid not in eager:
             if not eager and not node.holders:
-                for n in path:  # type: ignore[union-attr]
+                for n in path:
                     n.occupied += 1
             eager[txid] = tx
             self.eager_count += 1

@@ -2,7 +2,8 @@
 
 One SQLite database (``atomix-log.sqlite3``) in a directory the user names. Drivers write it
 (the core stays pure): the session's step generators call the record points below, and
-`atomix.recovery` reads it back in a new process.
+`atomix.recovery` reads it back in a new process. What a row holds (statuses, redo records)
+is `atomix.log_format`; this module is the store.
 
 Record points, per transaction that has at least one effect (read-only transactions are never
 logged):
@@ -31,7 +32,6 @@ with `LogBusy` - so recovery can never abort a live process's in-flight transact
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import os
@@ -41,47 +41,45 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from atomix.effects import REVERSIBLE, Effect, EffectClass
 from atomix.errors import AtomixError
+from atomix.log_format import (
+    APPLIED,
+    CALLED,
+    CALLING,
+    COMPENSATED,
+    FAILED,
+    FORMAT,
+    RELEASED,
+    RESIDUE,
+    STAGED,
+    TX_COMMITTED,
+    TX_INTENT,
+    TX_OPEN,
+    VERSION,
+    LoggedEffect,
+    LoggedSession,
+    LoggedTx,
+    describe_effect,
+    tool_redo,
+)
 from atomix.tools import Call
 
 try:
     import fcntl
+
+    _CAN_LOCK = True
 except ImportError:  # pragma: no cover - not POSIX: no cross-process lock
-    fcntl = None  # type: ignore[assignment]
+    _CAN_LOCK = False
 
 if TYPE_CHECKING:
-    from atomix.session import TxSession
     from atomix.tools import ToolSpec
 
 LOG_FILE = "atomix-log.sqlite3"
 LOCK_FILE = "atomix-log.lock"
-FORMAT = "atomix-txlog"
-VERSION = 1
-
-#: The attribute by which an adapter's tool function says which store it writes: a pair
-#: ``(redo kind, store object)``; the log describes the effect from the store's own paths.
-REDO_ATTR = "atomix_redo"
-
-# Effect statuses in the log.
-CALLING = "calling"  # reversible: started, may or may not have acted
-CALLED = "called"  # reversible: returned, result recorded
-STAGED = "staged"  # bufferable / irreversible: in the intent, not yet settled
-APPLIED = "applied"
-RELEASED = "released"
-FAILED = "failed"
-COMPENSATED = "compensated"
-RESIDUE = "residue"
-SETTLED = frozenset({APPLIED, RELEASED, COMPENSATED})
-
-# Transaction states in the log (a finished transaction has no rows at all).
-TX_OPEN = "open"  # only reversible calls so far
-TX_INTENT = "intent"
-TX_COMMITTED = "committed"
 
 #: Test hook: called as ``crash_hook(point, detail)`` at each named point of a logged
 #: transaction (the kill test sets it in a child process to SIGKILL itself there). Points:
@@ -126,40 +124,6 @@ INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}'), ('version', '{VERSION}
 """
 
 
-@dataclass(frozen=True, slots=True)
-class LoggedEffect:
-    """One effect as the log holds it: its key, class, status and redo record."""
-
-    key: str
-    seq: int
-    tool: str
-    effect_class: EffectClass
-    status: str
-    redo: dict[str, Any]
-    problem: str | None  # why a new process cannot redo it exactly (None: it can)
-
-
-@dataclass(frozen=True, slots=True)
-class LoggedTx:
-    """One unfinished transaction as the log holds it."""
-
-    run_id: str
-    txid: int
-    epoch: int
-    trace: str
-    state: str
-    commit_seq: int | None
-    effects: list[LoggedEffect] = field(default_factory=list)
-
-    @property
-    def committed(self) -> bool:
-        return self.state == TX_COMMITTED
-
-    @property
-    def name(self) -> str:
-        return f"{self.run_id}/tx{self.txid}"
-
-
 class TxLog:
     """The durable transaction log in `directory` (see the module docstring).
 
@@ -171,7 +135,7 @@ class TxLog:
 
     def __init__(
         self,
-        directory: Path | str,
+        directory: str | os.PathLike[str],
         *,
         durable: bool = True,
         create: bool = True,
@@ -192,7 +156,7 @@ class TxLog:
                 raise LogError(self.directory, f"no Atomix log here ({LOG_FILE} is missing)")
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._lock_fh = _take_lock(self.directory / LOCK_FILE)
+        self._lock_fh: IO[str] | None = _take_lock(self.directory / LOCK_FILE)
         self._lock = threading.Lock()
         try:
             self._conn = sqlite3.connect(
@@ -277,14 +241,14 @@ class TxLog:
             if sync and self.durable:
                 conn.execute(f"PRAGMA synchronous={self._low}")
 
-    def _tx_row(self, tx: TxSession, state: str) -> tuple[str, Any]:
+    def _tx_row(self, tx: LoggedSession, state: str) -> tuple[str, Any]:
         return (
             "INSERT INTO txs (run_id, txid, epoch, trace, state, updated) VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (run_id, txid) DO UPDATE SET state = excluded.state, updated = excluded.updated",
             (tx.co.run_id, tx.txid, tx.epoch, tx.trace, state, time.time()),
         )
 
-    def _effect_rows(self, tx: TxSession) -> list[tuple[Any, ...]]:
+    def _effect_rows(self, tx: LoggedSession) -> list[tuple[Any, ...]]:
         rows = []
         tools = getattr(tx.co, "tools", None) or {}
         for effect in tx.staged.values():
@@ -297,10 +261,10 @@ class TxLog:
         return rows
 
     def call_started(
-        self, tx: TxSession, key: str, spec: ToolSpec, args: Mapping[str, Any], before: Any
+        self, tx: LoggedSession, key: str, spec: ToolSpec, args: Mapping[str, Any], before: Any
     ) -> None:
         """A reversible call is about to run: record it durably first."""
-        redo, problem = _tool_redo(spec.name, args, before=before)
+        redo, problem = tool_redo(spec.name, args, before=before)
         ident = (tx.co.run_id, tx.txid)
         with self._lock:
             statements = [] if ident in self._live else [self._tx_row(tx, TX_OPEN)]
@@ -312,10 +276,10 @@ class TxLog:
             self._live.setdefault(ident, TX_OPEN)
         _at("call.logged", spec.name)
 
-    def call_returned(self, tx: TxSession, key: str, call: Call) -> None:
+    def call_returned(self, tx: LoggedSession, key: str, call: Call) -> None:
         """The reversible call returned: record its result (for the compensation)."""
         _at("call.ran", call.tool)
-        redo, problem = _tool_redo(call.tool, call.args, before=call.before, result=call.result)
+        redo, problem = tool_redo(call.tool, call.args, before=call.before, result=call.result)
         with self._lock:
             self._write([(
                 "UPDATE effects SET status = ?, redo = ?, problem = ? "
@@ -324,7 +288,7 @@ class TxLog:
             )])
         _at("call.returned", call.tool)
 
-    def intent(self, tx: TxSession) -> None:
+    def intent(self, tx: LoggedSession) -> None:
         """Every staged effect with its redo record, before commit starts."""
         if not tx.staged:
             return
@@ -340,7 +304,7 @@ class TxLog:
             self._live[ident] = TX_INTENT
         _at("intent.written", tx.trace)
 
-    def committed(self, tx: TxSession) -> bool:
+    def committed(self, tx: LoggedSession) -> bool:
         """The commit point, durably (with the intent, if no commit_steps wrote it: a branch
         committed by resolve). False if the transaction has no effects (nothing logged)."""
         ident = (tx.co.run_id, tx.txid)
@@ -366,7 +330,7 @@ class TxLog:
 
     # -- what the session's steps call (they never raise: past the core's commit decision a
     # log failure cannot undo the commit, so it is warned about and the commit goes on) -------
-    def commit_point(self, tx: TxSession) -> Callable[[Sequence[Effect], bool], None] | None:
+    def commit_point(self, tx: LoggedSession) -> Callable[[Sequence[Effect], bool], None] | None:
         """Write the committed mark; the per-step hook, or None if nothing is logged."""
         try:
             return self.step_hook(tx) if self.committed(tx) else None
@@ -374,18 +338,18 @@ class TxLog:
             self._failed(tx, "committed mark", exc)
             return None
 
-    def abort_hook(self, tx: TxSession) -> Callable[[Effect, bool], None] | None:
+    def abort_hook(self, tx: LoggedSession) -> Callable[[Effect, bool], None] | None:
         """The per-compensation hook of a logged transaction, else None."""
         return self.compensation_hook(tx) if (tx.co.run_id, tx.txid) in self._live else None
 
-    def end(self, tx: TxSession) -> None:
+    def end(self, tx: LoggedSession) -> None:
         """The done mark (the transaction's rows go)."""
         try:
             self.done(tx)
         except Exception as exc:  # noqa: BLE001
             self._failed(tx, "done mark", exc)
 
-    def _failed(self, tx: TxSession, what: str, exc: Exception) -> None:
+    def _failed(self, tx: LoggedSession, what: str, exc: Exception) -> None:
         self.errors.append(exc)
         warnings.warn(
             f"atomix log {self.path}: tx{tx.txid}: could not write the {what}: {exc}",
@@ -393,7 +357,7 @@ class TxLog:
             stacklevel=3,
         )
 
-    def step_hook(self, tx: TxSession) -> Callable[[Sequence[Effect], bool], None]:
+    def step_hook(self, tx: LoggedSession) -> Callable[[Sequence[Effect], bool], None]:
         """The per-step callback for `carry_out_commit`: marks a step's effects settled."""
         run_id, txid = tx.co.run_id, tx.txid
 
@@ -407,7 +371,7 @@ class TxLog:
 
         return settled
 
-    def compensation_hook(self, tx: TxSession) -> Callable[[Effect, bool], None]:
+    def compensation_hook(self, tx: LoggedSession) -> Callable[[Effect, bool], None]:
         """The per-effect callback for `carry_out_abort`: marks a compensation done (or residue)."""
         run_id, txid = tx.co.run_id, tx.txid
 
@@ -434,11 +398,11 @@ class TxLog:
                 "UPDATE effects SET status = ? WHERE run_id = ? AND txid = ? AND key = ?", rows
             )])
 
-    def is_logged(self, tx: TxSession) -> bool:
+    def is_logged(self, tx: LoggedSession) -> bool:
         """Whether this live transaction has rows (so its end must be recorded)."""
         return (tx.co.run_id, tx.txid) in self._live
 
-    def done(self, tx: TxSession) -> None:
+    def done(self, tx: LoggedSession) -> None:
         """The transaction's end (committed-done or aborted-done): its rows go."""
         ident = (tx.co.run_id, tx.txid)
         if ident not in self._live:
@@ -524,9 +488,9 @@ class TxLog:
         self.close()
 
 
-def _take_lock(path: Path) -> Any:
+def _take_lock(path: Path) -> IO[str]:
     fh = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the log's lifetime
-    if fcntl is None:  # pragma: no cover
+    if not _CAN_LOCK:  # pragma: no cover
         return fh
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -541,94 +505,3 @@ def _take_lock(path: Path) -> Any:
     fh.flush()
     return fh
 
-
-# -- redo records ---------------------------------------------------------------------------
-def _json(value: Any) -> tuple[Any, bool]:
-    """`value` as JSON data, and whether it round-trips exactly (else a repr stands in)."""
-    try:
-        text = json.dumps(value, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError):
-        try:
-            return json.loads(json.dumps(value, default=repr, sort_keys=True)), False
-        except (TypeError, ValueError, RecursionError):  # e.g. circular, or non-str dict keys
-            return repr(value), False
-    back = json.loads(text)
-    return back, back == value and _same_shape(back, value)
-
-
-def _same_shape(a: Any, b: Any) -> bool:
-    # json turns tuples into lists, and == between list and tuple is False anyway; a dict's
-    # non-str keys become str, which == catches. Only int vs float 1 == 1.0 slips through.
-    if isinstance(b, bool) or isinstance(a, bool):
-        return type(a) is type(b)
-    if isinstance(b, (int, float)):
-        return type(a) is type(b)
-    if isinstance(b, dict):
-        return all(_same_shape(a[k], v) for k, v in b.items())
-    if isinstance(b, list):
-        return all(_same_shape(x, y) for x, y in zip(a, b, strict=True))
-    return True
-
-
-def _tool_redo(
-    tool: str, args: Mapping[str, Any], *, before: Any = None, result: Any = None
-) -> tuple[str, str | None]:
-    """A user tool's redo record: its name and arguments (+ before-image and result, which
-    its compensation reads); a problem text if any of them is not exactly JSON."""
-    parts = {"args": dict(args), "before": before, "result": result}
-    record: dict[str, Any] = {"kind": "tool", "tool": tool}
-    inexact = []
-    for name, value in parts.items():
-        record[name], exact = _json(value)
-        if not exact:
-            inexact.append(name)
-    problem = f"{', '.join(inexact)} not exactly JSON (stored as repr)" if inexact else None
-    return json.dumps(record, sort_keys=True), problem
-
-
-def describe_effect(effect: Effect, tools: Mapping[str, ToolSpec | None]) -> tuple[str, str | None]:
-    """An effect's redo record (JSON text) and, if a new process cannot redo it exactly, why.
-
-    Adapter effects are self-contained (store kind, path, arguments; the key is logged beside
-    it), so `atomix recover` finishes them without the user's program. A user tool's effect is
-    its name and JSON arguments, redone by `Runtime.recover` once the program has defined it.
-    Anything else (an Effect built by hand with a closure) is logged as opaque: recovery
-    reports it as needing a human instead of guessing.
-    """
-    payload = effect.payload
-    if payload.__class__ is Call:  # a reversible call through the shim
-        return _tool_redo(payload.tool, payload.args, before=payload.before, result=payload.result)
-    fn = getattr(effect.apply, "func", None)  # the shim stages partial(spec.fn, **kwargs)
-    target = getattr(fn, REDO_ATTR, None) if fn is not None else None
-    if target is not None and isinstance(payload, dict):
-        kind, store = target
-        if kind == "fs.write":
-            record = {"kind": kind, "root": str(store.root), "casefold": store.casefold,
-                      "path": str(payload["path"])}
-            text = payload["text"]
-            if isinstance(text, str):
-                record["text"] = text
-            else:
-                record["data_b64"] = base64.b64encode(bytes(text)).decode()
-            return json.dumps(record), None
-        if kind == "mail.send":
-            record = {"kind": kind, "outbox": os.path.abspath(store.path), "to": payload["to"],
-                      "subject": payload["subject"], "body": payload["body"]}
-            return json.dumps(record), None
-    batch = effect.batch
-    if batch is not None and batch.__class__.__name__ == "SQLiteStore":
-        from atomix.adapters.sqlite import RowWrite  # the adapters import the runtime: lazily
-
-        if isinstance(payload, RowWrite):
-            value, exact = _json(payload.value)
-            record = {"kind": "sqlite.row", "db": os.path.abspath(batch.path), "table": payload.table,
-                      "k": payload.k, "value": value}
-            return json.dumps(record), None if exact else "row value not exactly JSON"
-    spec = tools.get(effect.tool)
-    if spec is not None and fn is spec.fn and isinstance(payload, dict):
-        return _tool_redo(effect.tool, payload)
-    why = (
-        f"two tools are named {effect.tool!r}" if effect.tool in tools and spec is None
-        else "an effect built by hand (its apply is a closure a new process cannot rebuild)"
-    )
-    return json.dumps({"kind": "opaque", "tool": effect.tool}), why

@@ -2,7 +2,9 @@
 
 No I/O and no clock: drivers feed it events (begin, read, externalise, stage, seal,
 try-commit, abort, finish) and act on the decisions it returns. Every rule about
-frontiers, staleness and settlement lives here and nowhere else.
+frontiers, staleness and settlement lives here and nowhere else. This module is kept whole,
+larger than the others, because the protocol's rules must live in one place: split, a rule
+about waiting, staleness or speculation could be changed in one part and missed in another.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, overload
 
 from atomix.decisions import (
     PROCEED,
@@ -27,7 +29,8 @@ from atomix.effects import BUFFERABLE, IRREVERSIBLE, REVERSIBLE, AbortSource, Ef
 from atomix.epochs import EpochAllocator
 from atomix.errors import IllegalTransition, UnknownTransaction
 from atomix.frontier import ScopeIndex
-from atomix.scopes import CANONICAL, Scope, ScopePolicy
+from atomix.scope_parsing import CANONICAL, ScopePolicy
+from atomix.scopes import Scope
 from atomix.transaction import (
     ABORT_EVENT,
     ABORTED,
@@ -220,22 +223,37 @@ class TransactionManager:
         """Canonical scopes: as given when they are resolved already (what sessions hand
         over; never under the naive policy), else each resolved."""
         if self._canonical and scopes.__class__ in (list, tuple):
-            for s in scopes:  # type: ignore[attr-defined]
+            for s in scopes:
                 if s.__class__ is not Scope:
                     break
             else:
-                return scopes  # type: ignore[return-value]
+                return scopes
         return [self.scope(s) for s in scopes]
 
     # -- begin -------------------------------------------------------------------------------
+    @overload
+    def begin(
+        self, *, group: str | None = None, trace: str | None = None, branch: int = 0
+    ) -> Transaction: ...
+
+    @overload
     def begin(
         self,
         *,
         group: str | None = None,
         trace: str | None = None,
         branch: int = 0,
-        record: type[TxRecord] = Transaction,  # type: ignore[assignment]
-    ) -> TxRecord:
+        record: type[TxRecord],
+    ) -> TxRecord: ...
+
+    def begin(
+        self,
+        *,
+        group: str | None = None,
+        trace: str | None = None,
+        branch: int = 0,
+        record: type[Transaction] = Transaction,
+    ) -> Transaction:
         """A new transaction, open, with a fresh epoch. `record` is the class of its record: a
         driver passes its handle class (a Transaction subclass, made with the same arguments)
         so that one object serves as both."""
@@ -246,11 +264,11 @@ class TransactionManager:
         )
         self._txs[txid] = tx
         if group is not None:
-            record = self._groups.get(group)
-            if record is None:
-                record = self._groups[group] = _Group()
-            record.members[txid] = tx
-            record.unfinished += 1
+            members = self._groups.get(group)
+            if members is None:
+                members = self._groups[group] = _Group()
+            members.members[txid] = tx
+            members.unfinished += 1
         if self._global:
             # One global frontier behaves like one ordered lock: register at begin, so that
             # every later transaction waits for this one whatever it touches.
@@ -432,11 +450,11 @@ class TransactionManager:
             return plan
         if (  # one resolved scope, what the shim hands over: as it is
             scopes.__class__ is tuple
-            and len(scopes) == 1  # type: ignore[arg-type]
-            and scopes[0].__class__ is Scope  # type: ignore[index]
+            and len(scopes) == 1
+            and (only := scopes[0]).__class__ is Scope
             and self._canonical
         ):
-            resolved: Sequence[Scope] = scopes  # type: ignore[assignment]
+            resolved: Sequence[Scope] = (only,)
         else:
             resolved = self._resolved(scopes)
         blockers: list[Blocker] = []
@@ -649,7 +667,7 @@ class TransactionManager:
         if state is not SEALED and state is not WAITING:
             raise IllegalTransition(txid, state.value, TxEvent.COMMIT.value)
         group = tx.group
-        record = self._groups.get(group) if group is not None else None  # type: ignore[arg-type]
+        record = self._groups.get(group) if group is not None else None
         if record is not None and record.picked is None:
             live = [
                 t for t, other in record.members.items() if t != txid and other.state not in TERMINAL
@@ -730,7 +748,7 @@ class TransactionManager:
         if state is None:
             raise IllegalTransition(tx.txid, tx.state.value, ABORT_EVENT.value)
         tx.state = state
-        tx.abort_source = source  # type: ignore[assignment]
+        tx.abort_source = source
         tx.abort_detail = detail
         if self._parked or self._queued:  # it waits for nothing any more
             self._unpark(tx.txid)
@@ -741,9 +759,9 @@ class TransactionManager:
         for e in tx.staged.values():
             (compensate if e.effect_class is REVERSIBLE else drop).append(e)
         compensate.reverse()
-        return AbortPlan(
-            tx.txid, tx.epoch, tx.abort_source, tx.abort_detail, tuple(compensate), tuple(drop)  # type: ignore[arg-type]
-        )
+        source = tx.abort_source
+        assert source is not None  # marked aborted, with its source
+        return AbortPlan(tx.txid, tx.epoch, source, tx.abort_detail, tuple(compensate), tuple(drop))
 
     # -- savepoints (nested transactions) ----------------------------------------------------
     def savepoint(self, txid: int) -> int:
@@ -782,8 +800,7 @@ class TransactionManager:
         only the siblings whose compensations are still pending. With `forget`, the records
         of losers settled on the spot are dropped, as `finish(forget=True)` does."""
         record = self._groups.get(group)
-        win = record.members.get(winner) if record is not None else None
-        if win is None:
+        if record is None or (win := record.members.get(winner)) is None:
             raise UnknownTransaction(f"transaction {winner} is not a branch of group {group!r}")
         if win.state is COMMITTED:
             raise IllegalTransition(winner, COMMITTED.value, "resolve")
@@ -800,7 +817,7 @@ class TransactionManager:
                 winner, win.epoch, win.abort_source or AbortSource.TOOL_FAILURE, win.abort_detail
             )
             return resolution
-        record.picked = winner  # type: ignore[union-attr]
+        record.picked = winner
         resolution = self.abort_group(group, keep=winner, forget=forget)
         if win.state is OPEN:
             self.seal(winner)
@@ -931,6 +948,13 @@ class TransactionManager:
         failed_applies: Sequence[Effect],
     ) -> Settlement:
         """One pass over the effects sorts each key into what became of it."""
+        applied: tuple[str, ...]
+        released: tuple[str, ...]
+        accepted: tuple[str, ...]
+        compensated: tuple[str, ...]
+        dropped: tuple[str, ...]
+        residue_out: tuple[str, ...]
+        failed_out: tuple[str, ...]
         applied = released = accepted = compensated = dropped = residue_out = failed_out = ()
         staged = tx.staged
         effects = staged.values()

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from atomix.effects import BUFFERABLE, IRREVERSIBLE, REVERSIBLE
-from atomix.log import (
+from atomix.log import TxLog
+from atomix.log_format import (
     APPLIED,
     CALLING,
     COMPENSATED,
@@ -39,7 +40,6 @@ from atomix.log import (
     SETTLED,
     LoggedEffect,
     LoggedTx,
-    TxLog,
 )
 from atomix.tools import KEY_PARAM, Call, ToolSpec
 
@@ -175,8 +175,7 @@ def recover(
     None (the CLI) reports them as pending. A path opens the log, and closes it after: it
     must exist (`LogError` otherwise), and no live process may hold it (`LogBusy`)."""
     own = not isinstance(log, TxLog)
-    txlog = TxLog(log, create=False) if own else log
-    assert isinstance(txlog, TxLog)
+    txlog = log if isinstance(log, TxLog) else TxLog(log, create=False)
     report = RecoveryReport(str(txlog.directory))
     stores = _Stores()
     try:
@@ -374,7 +373,9 @@ def _run(fn: Callable[..., Any], kwargs: dict[str, Any], *, positional: bool = F
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(result)  # type: ignore[arg-type]
+            if not asyncio.iscoroutine(result):  # as asyncio.run raises it, here
+                raise ValueError(f"a coroutine was expected, got {result!r}")  # noqa: B904
+            return asyncio.run(result)
         close = getattr(result, "close", None)
         if close is not None:
             close()

@@ -1,12 +1,16 @@
-"""One transaction's protocol steps, written once for every driver.
+"""One transaction's protocol steps, written once for every driver, and the coordinator
+that every session of one runtime shares.
 
 A `TxSession` step method (`read_steps`, `commit_steps`, ...) is a generator: it talks to
-the core under the coordinator's lock and yields an instruction whenever something must
-happen outside the core — block until woken, run a tool function, carry out a settlement
-plan. A driver (threads, asyncio, or the harness's virtual clock) executes the instruction
-and sends the result back. So the rules live in the core, the sequencing here, and only the
-waiting differs between drivers. The runtime's own handles (`Tx`, `ATx`) are sessions that
-drive their steps themselves.
+the core under the coordinator's lock and yields an instruction (see `atomix.instructions`)
+whenever something must happen outside the core — block until woken, run a tool function,
+carry out a settlement plan. A driver (threads, asyncio, or the harness's virtual clock)
+executes the instruction and sends the result back. So the rules live in the core, the
+sequencing here, and only the waiting differs between drivers. The runtime's own handles
+(`Tx`, `ATx` in `atomix.handles`) are sessions that drive their steps themselves.
+
+The coordinator and the session live together: the coordinator makes sessions (`begin`),
+and each session works through its coordinator.
 """
 
 from __future__ import annotations
@@ -14,73 +18,22 @@ from __future__ import annotations
 import itertools
 import secrets
 import threading
-from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from atomix.decisions import PROCEED, AbortPlan, CommitPlan, Settlement, Wait
+from atomix.decisions import AbortPlan, CommitPlan, Settlement, Wait
 from atomix.effects import REVERSIBLE, AbortSource, Effect, EffectClass
 from atomix.errors import IllegalTransition, TransactionAborted, UnknownTransaction
+from atomix.instructions import ApplyAbort, ApplyCommit, Block, DriverHooks, Run, Signal, Steps
 from atomix.manager import RuntimeOptions, TransactionManager
 from atomix.scopes import Scope
-from atomix.settle import (
-    CompensationHook,
-    Outcome,
-    StepHook,
-    carry_out_abort,
-    carry_out_commit,
-)
+from atomix.settle import Outcome, report_rollbacks
 from atomix.tools import KEY_PARAM, Ack, Call, ToolSpec
 from atomix.transaction import ABORTED, OPEN, Transaction
 
 if TYPE_CHECKING:
     from atomix.log import TxLog
-
-
-class Signal(Protocol):
-    """Something a waiter blocks on and a settling transaction sets."""
-
-    def set(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """Wait on `signal` for at most `timeout` driver time units (None: forever); send back
-    True if it was set, False on time-out. If the wait is interrupted (CancelledError,
-    KeyboardInterrupt, ...), throw that exception in: the session aborts the transaction
-    (source `cancelled`), has its plan carried out, and re-raises it. Never GeneratorExit:
-    a driver being closed can carry out nothing (its transaction expires at its deadline)."""
-
-    signal: Signal
-    timeout: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """Run this tool function now and send back its result (or throw its exception in)."""
-
-    fn: Callable[[], Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyCommit:
-    """Carry out a commit plan; call `on_step` (if set: a durable log) after each step."""
-
-    plan: CommitPlan
-    on_step: StepHook | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyAbort:
-    """Carry out an abort plan; call `on_compensated` (if set) after each compensation."""
-
-    plan: AbortPlan
-    on_compensated: CompensationHook | None = None
-
-
-Instruction = Block | Run | ApplyCommit | ApplyAbort
-Steps = Generator[Instruction, Any, Any]
 
 # Canonicalising these kinds consults the file system (symlinks, letter case): never memoised.
 _FS_KINDS = frozenset({"fs", "sqlite"})
@@ -127,14 +80,14 @@ class Coordinator:
         """The core's canonical scope, memoised for texts whose canonical form depends on the
         text alone (names, URLs); file-system scopes are resolved afresh every time."""
         if spec.__class__ is str:
-            found = self._scopes.get(spec)  # type: ignore[arg-type]
+            found = self._scopes.get(spec)
             if found is not None:
                 return found
             scope = self.core.scope(spec)
             if scope.kind not in _FS_KINDS:
                 if len(self._scopes) >= _SCOPE_MEMO_MAX:
                     self._scopes.clear()
-                self._scopes[spec] = scope  # type: ignore[index]
+                self._scopes[spec] = scope
             return scope
         return self.core.scope(spec)
 
@@ -266,14 +219,16 @@ class TxSession(Transaction):
                 if start is not None:
                     self.waited += clock() - start
                 return decision
+            assert start is not None  # set at the first Wait
             if expired:  # blockers whose drivers are gone: abort them here, then ask again
                 yield from self._settle_expired(expired, start, clock)
                 continue
-            own = wake is None or (deadline is not None and deadline <= wake)
-            if own:  # (computed as before deadlines were the core's: same float rounding)
+            if wake is None or (deadline is not None and deadline <= wake):
+                own = True  # (computed as before deadlines were the core's: same float rounding)
                 remaining = None if timeout is None else timeout - (now - start)
             else:
-                remaining = wake - now  # type: ignore[operator]
+                own = False
+                remaining = wake - now
             woken = remaining is None or remaining > 0
             if woken:
                 try:
@@ -305,7 +260,8 @@ class TxSession(Transaction):
         them (their scopes are released, their waiters and their handles woken)."""
         for plan in plans:
             with self.co.lock:
-                other: TxSession = self.co.core.get(plan.txid)  # type: ignore[assignment]
+                other = self.co.core.get(plan.txid)
+            assert isinstance(other, TxSession)  # every record of a coordinator's core is one
             try:
                 yield from other.settle_abort_steps(plan)
             except GeneratorExit:
@@ -397,8 +353,9 @@ class TxSession(Transaction):
             self._raise_if_settled()
             if self.state is OPEN:
                 self.co.core.seal(self.txid)
-        if self.co.log is not None:
-            yield from self._log_intent()
+        log = self.co.log
+        if log is not None:
+            yield from self._log_intent(log)
         decision = yield from self._decide(
             lambda: self.co.core.try_commit(self.txid), driver.new_signal, driver.now, driver.timeout
         )
@@ -406,11 +363,11 @@ class TxSession(Transaction):
             yield from self._abort_and_raise(decision)
         return (yield from self.settle_commit_steps(decision))
 
-    def _log_intent(self) -> Steps:
+    def _log_intent(self, log: TxLog) -> Steps:
         """Write the intent (the staged effects' redo records) before commit starts; a
         transaction whose intent could not be logged must not commit, so it aborts."""
         try:
-            self.co.log.intent(self)  # type: ignore[union-attr]
+            log.intent(self)
         except Exception as exc:  # noqa: BLE001 - e.g. a full disk: fail closed
             with self.co.lock:
                 plan = self.co.core.abort(self.txid, AbortSource.PRE_COMMIT_VETO, f"durable log: {exc}")
@@ -496,7 +453,7 @@ class TxSession(Transaction):
             if errors:
                 settlement.errors = errors
             if undone:
-                _report_rollbacks(settlement, undone, co.core.options.classify_residue)
+                report_rollbacks(settlement, undone, co.core.options.classify_residue)
             co._settled(settlement, woken)
         finally:
             lock.release()
@@ -518,7 +475,7 @@ class TxSession(Transaction):
         if spec.effect is not EffectClass.REVERSIBLE:
             outcome = self.defer(spec, args)
             if outcome.__class__ is AbortPlan:
-                yield from self._abort_and_raise(outcome)  # type: ignore[arg-type]
+                yield from self._abort_and_raise(outcome)
             return outcome
         scopes = tuple(map(self.co.scope, spec.write_scopes(args)))
         key = self.call_key(spec, args)
@@ -534,7 +491,8 @@ class TxSession(Transaction):
     ) -> Steps:
         """A reversible call with its scopes and key: wait until it may run (reading what it
         reads in the same step), take the before-image, run it, stage it. `call_now` is the
-        same sequence for a synchronous driver when nothing waits: change both together."""
+        same sequence for a synchronous driver when nothing waits (`atomix.inline`): change both
+        together."""
         reads = spec.read_scopes(args) if spec.reads else ()
         earlier = self._staged(key)
         if earlier is not None:
@@ -546,12 +504,13 @@ class TxSession(Transaction):
         yield from self.externalize_steps(scopes, driver, reads)
         kwargs = {**args, KEY_PARAM: key} if spec.wants_key else args
         call = Call(spec.name, args)
-        if spec.before is not None:
-            call.before = yield Run(lambda: spec.before(**args))  # type: ignore[misc]
+        before = spec.before
+        if before is not None:
+            call.before = yield Run(lambda: before(**args))
         compensate = spec.compensate
         assert compensate is not None
         effect = Effect(
-            spec.name, spec.effect, scopes, key, compensate=lambda: compensate(call), payload=call
+            spec.name, REVERSIBLE, scopes, key, compensate=lambda: compensate(call), payload=call
         )
         log = self.co.log
         if log is not None:  # durably BEFORE it runs: a crash mid-call can still be compensated
@@ -570,119 +529,6 @@ class TxSession(Transaction):
         yield from self.stage_steps(effect)
         return call.result
 
-    # -- inline paths ------------------------------------------------------------------------------
-    # The same sequences as `commit_steps` and `_reversible_steps`, for a synchronous driver
-    # that would carry out every instruction where it stands: when nothing must wait and no
-    # durable log is kept, they run without generators (a commit or a reversible call is
-    # then a few plain calls). Anything else falls back to the steps, which decide again.
-
-    def commit_now(self, attempts: int) -> Settlement | None:
-        """Seal, decide and, if the core commits at once, apply and finish here; raise
-        TransactionAborted (settled) if it aborts. None: drive `commit_steps` instead (a
-        durable log to write first, or a Wait: the steps decide again and wait)."""
-        co = self.co
-        if co.log is not None:
-            return None
-        lock = co.lock
-        lock.acquire()  # (not `with`: see Coordinator.lock)
-        try:
-            self._raise_if_settled()
-            core = co.core
-            if self.state is OPEN:
-                core.seal(self.txid)
-            decision = core.try_commit(self.txid)
-        finally:
-            lock.release()
-        if decision.__class__ is CommitPlan:
-            return self.settle_commit_now(decision, attempts)  # type: ignore[arg-type]
-        if decision.__class__ is AbortPlan:
-            self._abort_now(decision)  # type: ignore[arg-type]
-        return None
-
-    def settle_commit_now(self, plan: CommitPlan, attempts: int) -> Settlement | None:
-        """`settle_commit_steps` carried out here; None when a durable log is kept (drive
-        the steps then: they write its marks)."""
-        if self.co.log is not None:
-            return None
-        outcome = carry_out_commit(plan, attempts=attempts)
-        if not outcome.failed_applies:
-            return self._finish()
-        return self._finish(failed_applies=outcome.failed_applies, errors=outcome.errors)
-
-    def _abort_now(self, plan: AbortPlan) -> None:
-        """`_abort_and_raise` without a log (the caller checked): compensate, finish, raise."""
-        outcome = carry_out_abort(plan)
-        settlement = self._finish(residue=outcome.residue, errors=outcome.errors)
-        raise TransactionAborted(self.txid, plan.source.value, plan.detail, settlement)
-
-    def call_now(self, spec: ToolSpec, args: dict[str, Any], driver: Any) -> Any:
-        """A reversible call for a synchronous driver (`driver.drive` runs steps): inline
-        when the core lets it run at once and no log is kept, else through the steps."""
-        co = self.co
-        if co.log is not None:
-            return driver.drive(self.call_steps(spec, args, driver))
-        template = spec.write_template
-        if template is not None:
-            text = template.format_map(args)
-            scopes: tuple[Scope, ...] = (co._scopes.get(text) or co.scope(text),)
-        else:
-            scopes = tuple(map(co.scope, spec.write_scopes(args)))
-        # self.call_key(spec, args), spelled out as in `defer`
-        if spec.key is None:
-            key = f"{self.key_prefix}{spec.key_head}#{next(self._ordinal)}:{spec.key_of(args)}"
-        else:
-            key = f"{self.key_prefix}{spec.key_head}{spec.key_of(args)}"
-        if spec.reads or key in self.staged:  # reads to resolve, or a duplicated delivery
-            return driver.drive(self._reversible_steps(spec, args, scopes, key, driver))
-        lock = co.lock
-        core = co.core
-        txid = self.txid
-        lock.acquire()
-        try:
-            if self.settlement is not None or self.state is ABORTED:
-                self._raise_if_settled()
-            decision = core.externalize(txid, scopes)
-        finally:
-            lock.release()
-        if decision is not PROCEED:
-            if decision.__class__ is AbortPlan:
-                self._abort_now(decision)  # type: ignore[arg-type]
-            # Wait: the steps decide again (the core parked it meanwhile) and wait.
-            return driver.drive(self._reversible_steps(spec, args, scopes, key, driver))
-        call = Call(spec.name, args)
-        if spec.before is not None:
-            call.before = spec.before(**args)
-        effect = Effect(
-            spec.name, REVERSIBLE, scopes, key, None, partial(spec.compensate, call), None, call
-        )
-        try:
-            call.result = spec.fn(**{**args, KEY_PARAM: key} if spec.wants_key else args)
-        except Exception as exc:
-            call.error = exc  # staged all the same: see _reversible_steps
-            self._stage_now(effect)
-            raise
-        lock.acquire()
-        try:
-            if self.settlement is not None or self.state is ABORTED:
-                self._raise_if_settled()
-            decision = core.stage(txid, effect)
-        finally:
-            lock.release()
-        if decision is not PROCEED:
-            self._abort_now(decision)  # type: ignore[arg-type]
-        return call.result
-
-    def _stage_now(self, effect: Effect) -> None:
-        co = self.co
-        lock = co.lock
-        lock.acquire()
-        try:
-            self._raise_if_settled()
-            decision = co.core.stage(self.txid, effect)
-        finally:
-            lock.release()
-        if decision is not PROCEED:
-            self._abort_now(decision)  # type: ignore[arg-type]
 
     def defer(self, spec: ToolSpec, args: dict[str, Any]) -> Ack | AbortPlan:
         """Stage a bufferable call or queue an irreversible one; no waiting is ever needed,
@@ -704,7 +550,9 @@ class TxSession(Transaction):
         # Positional: a keyword call is measurably slower on this path. A partial is one
         # object where a closure over fn and kwargs would be four.
         apply = partial(spec.fn, **kwargs)
-        effect = Effect(spec.name, spec.effect, scopes, key, apply, None, None, args)  # type: ignore[arg-type]
+        effect_class = spec.effect
+        assert effect_class is not None  # deferred: bufferable or irreversible
+        effect = Effect(spec.name, effect_class, scopes, key, apply, None, None, args)
         lock = co.lock
         lock.acquire()  # (not `with`: see Coordinator.lock)
         try:
@@ -714,40 +562,11 @@ class TxSession(Transaction):
             raise
         finally:
             lock.release()
-        if decision is not PROCEED:
-            return decision  # type: ignore[return-value]
+        if decision.__class__ is AbortPlan:
+            return decision
         return Ack(spec.ack_status, key, spec.name)
 
     def _staged(self, key: str) -> Effect | None:
         """This transaction's staged effect with this key, if there is one."""
         return self.staged.get(key)
 
-
-def _report_rollbacks(
-    settlement: Settlement, undone: list[tuple[AbortPlan, Outcome]], classify: bool
-) -> None:
-    """Add what savepoint rollbacks compensated, dropped or left as residue."""
-    compensated: list[str] = []
-    dropped: list[str] = []
-    residue: list[str] = []
-    for plan, outcome in undone:
-        left = {e.key for e in outcome.residue}
-        compensated += [e.key for e in plan.compensate if e.key not in left]
-        dropped += [e.key for e in plan.drop]
-        residue += [e.key for e in plan.compensate if e.key in left]
-        if outcome.errors:
-            settlement.errors = {**outcome.errors, **settlement.errors}
-    settlement.compensated = (*compensated, *settlement.compensated)
-    settlement.dropped = (*dropped, *settlement.dropped)
-    if classify and residue:
-        settlement.residue = (*residue, *settlement.residue)
-
-
-class DriverHooks(Protocol):
-    """What a session needs from its driver to wait: signals, a clock and a time-out."""
-
-    timeout: float | None
-
-    def new_signal(self) -> Signal: ...
-
-    def now(self) -> float: ...

@@ -10,10 +10,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from atomix.decisions import AbortPlan, CommitPlan
-from atomix.effects import Effect
+from atomix.decisions import AbortPlan, CommitPlan, Settlement
+from atomix.effects import BatchApplier, Effect
 
 
 @dataclass(slots=True, init=False)
@@ -47,10 +48,10 @@ class Outcome:
         self.errors[effect.key] = exc
 
 
-def _batches(effects: Sequence[Effect]) -> list[tuple[Any, list[Effect]]]:
+def _batches(effects: Sequence[Effect]) -> list[tuple[BatchApplier | None, list[Effect]]]:
     """Group effects by batch applier in order of first appearance; singles stay alone."""
-    groups: dict[int, tuple[Any, list[Effect]]] = {}
-    out: list[tuple[Any, list[Effect]]] = []
+    groups: dict[int, tuple[BatchApplier, list[Effect]]] = {}
+    out: list[tuple[BatchApplier | None, list[Effect]]] = []
     for effect in effects:
         if effect.batch is None:
             out.append((None, [effect]))
@@ -68,12 +69,12 @@ def _steps(plan: CommitPlan) -> list[tuple[Callable[[], Any], list[Effect]]]:
     steps: list[tuple[Callable[[], Any], list[Effect]]] = []
     apply = plan.apply
     if len(apply) == 1 and apply[0].batch is None:  # the usual small case, without grouping
-        batches: list[tuple[Any, list[Effect]]] = [(None, [apply[0]])]
+        batches: list[tuple[BatchApplier | None, list[Effect]]] = [(None, [apply[0]])]
     else:
         batches = _batches(apply)
     for batch, effects in batches:
         if batch is not None:
-            steps.append((lambda b=batch, es=effects: b.apply_batch(es), effects))
+            steps.append((partial(batch.apply_batch, effects), effects))
         elif effects[0].apply is not None:
             steps.append((effects[0].apply, effects))
     for effect in plan.release:
@@ -178,3 +179,24 @@ async def acarry_out_abort(
         if on_compensated is not None:
             on_compensated(effect, ok)
     return outcome
+
+
+def report_rollbacks(
+    settlement: Settlement, undone: list[tuple[AbortPlan, Outcome]], classify: bool
+) -> None:
+    """Add to a transaction's final settlement what its savepoint rollbacks compensated,
+    dropped or left as residue (`classify`: report residue, as the runtime's options say)."""
+    compensated: list[str] = []
+    dropped: list[str] = []
+    residue: list[str] = []
+    for plan, outcome in undone:
+        left = {e.key for e in outcome.residue}
+        compensated += [e.key for e in plan.compensate if e.key not in left]
+        dropped += [e.key for e in plan.drop]
+        residue += [e.key for e in plan.compensate if e.key in left]
+        if outcome.errors:
+            settlement.errors = {**outcome.errors, **settlement.errors}
+    settlement.compensated = (*compensated, *settlement.compensated)
+    settlement.dropped = (*dropped, *settlement.dropped)
+    if classify and residue:
+        settlement.residue = (*residue, *settlement.residue)

@@ -18,18 +18,19 @@ import json
 import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from types import FunctionType
 from typing import Any
 
 from atomix.effects import EffectClass
 from atomix.errors import ScopeError, ToolDefinitionError
-from atomix.scopes import (
-    Scope,
+from atomix.scope_parsing import (
     ScopePolicy,
     parse_scope,
     root_is_checked,
     scope_within,
     template_root,
 )
+from atomix.scopes import Scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +159,7 @@ def _template_fields(tool: str, field_name: str, template: str, *, scope: bool) 
         elif scope and (spec or conversion):
             # A scope is canonicalised from the value's own text; formatting is a callable's job.
             why = "format specs and conversions are not supported in a scope template"
-        elif "{" in spec or conversion not in (None, "r", "s", "a"):
+        elif (spec is not None and "{" in spec) or conversion not in (None, "r", "s", "a"):
             why = "nested fields and unknown conversions are not supported"
         else:
             names.append(name)
@@ -212,9 +213,9 @@ class _ScopeFn:
     def __call__(self, args: dict[str, Any]) -> list[str | Scope]:
         spec = self.spec
         if spec.__class__ is str:  # the common case first: a template
-            return [spec.format_map(args)]  # type: ignore[union-attr]
+            return [spec.format_map(args)]
         if spec.__class__ is _Rooted:
-            return [spec(args)]  # type: ignore[call-arg,arg-type]
+            return [spec(args)]
         if isinstance(spec, Scope):
             return [spec]
         if isinstance(spec, str):
@@ -392,7 +393,7 @@ def with_signature(
     target: Callable[[dict[str, Any]], Any] | None,
     *,
     is_async: bool = False,
-) -> Callable[..., Any]:
+) -> FunctionType:
     """A function of exactly `signature` that calls `target` with its arguments by name, in
     signature order, defaults applied (or, with no target, returns them).
 
@@ -425,7 +426,7 @@ def with_signature(
         f"{'async def' if is_async else 'def'} _shim({', '.join(rendered)}):\n    return {body}\n"
     )
     exec(compile(source, f"<atomix tool {name}>", "exec"), namespace)  # noqa: S102
-    made = namespace["_shim"]
+    made: FunctionType = namespace["_shim"]
     made.__code__ = made.__code__.replace(co_name=name, co_qualname=name)
     made.__name__ = made.__qualname__ = name
     return made
@@ -440,7 +441,8 @@ def _scope_spec(
         return spec
     root: str | None = None
     if isinstance(spec, ScopeTemplate):
-        spec, root = spec.template, spec.root
+        root = spec.root
+        spec = spec.template
         if not isinstance(root, str | None):
             raise ToolDefinitionError(tool, field_name, f"root must be a template string: {root!r}")
     if not isinstance(spec, str):

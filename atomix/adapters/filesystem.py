@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from atomix.adapters.oplog import OpLog, fsync_dir, truncate_torn_tail
-from atomix.scopes import fs_scope
+from atomix.scope_kinds import fs_scope
 
 SUBSTRATE = "fs"
 #: The store's own directory under root: never user data, never in a snapshot.

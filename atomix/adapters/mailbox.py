@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from atomix.adapters.oplog import OpLog, fsync_dir, truncate_torn_tail
-from atomix.scopes import mail_address, mail_scope
+from atomix.scope_kinds import mail_address, mail_scope
 
 SUBSTRATE = "mail"
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from atomix.adapters.oplog import OpLog
 from atomix.effects import Effect, EffectClass
-from atomix.scopes import Scope, sqlite_scope, sqlite_table
+from atomix.scope_kinds import sqlite_scope, sqlite_table
+from atomix.scopes import Scope
 
 SUBSTRATE = "sqlite"
 #: The applied-key table. It lives in the same database as the rows so that one SQLite

@@ -38,8 +38,9 @@ from atomix.adapters.mailbox import MailboxSink
 from atomix.adapters.sqlite import RowWrite, SQLiteStore, row_effect
 from atomix.effects import Effect
 from atomix.errors import AtomixError
-from atomix.log import REDO_ATTR
-from atomix.runtime import ATx, Runtime, Tx, current_transaction
+from atomix.handles import ATx, Tx, current_transaction
+from atomix.log_format import REDO_ATTR
+from atomix.runtime import Runtime
 from atomix.tools import Ack
 
 __all__ = ["FileTools", "MailTools", "SQLiteTools", "file_tools", "mail_tools", "sqlite_tools"]

@@ -1,0 +1,93 @@
+"""Savepoints: a transaction block nested in another transaction of the same runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any, Literal
+
+from atomix.decisions import Settlement
+from atomix.errors import AtomixError, TransactionAborted
+from atomix.handles import ATx, Tx
+from atomix.transaction import ABORTED
+
+
+class Savepoint:
+    """A `with rt.transaction()` block nested in another transaction of the same runtime.
+
+    Guarantees: it is never an independent transaction. Its calls join the enclosing
+    transaction and their effects settle with it, at its commit or abort. Leaving the block
+    by an exception (or calling `rollback()`) undoes only what was staged inside it:
+    reversible effects are compensated in reverse order, staged and gated ones are dropped,
+    and the enclosing transaction stays open. What was undone, and any compensation that
+    failed (residue, with its exception), appears in the enclosing settlement.
+    """
+
+    __slots__ = ("outer", "_mark")
+
+    def __init__(self, outer: Tx | ATx) -> None:
+        self.outer = outer
+        self._mark: int | None = None
+
+    def __getattr__(self, name: str) -> Any:  # call, read, stage, txid, settlement, ...
+        return getattr(self.outer, name)
+
+    def _entered(self) -> int:
+        if self._mark is None:
+            raise AtomixError("a savepoint is used as a `with` block; this one was not entered")
+        return self._mark
+
+    def _outer_settled(self, exc: BaseException | None) -> bool:
+        outer = self.outer
+        return outer.settlement is not None or outer.state is ABORTED or (
+            isinstance(exc, TransactionAborted) and exc.txid == outer.txid
+        )
+
+    def commit(self) -> Settlement:
+        raise AtomixError(
+            f"transaction {self.outer.txid}: a nested transaction is a savepoint; its effects "
+            "settle with the enclosing transaction's (leave the block to keep them, or "
+            "call rollback() to undo them)"
+        )
+
+    def abort(self, *args: Any, **kwargs: Any) -> Settlement:
+        raise AtomixError(
+            f"transaction {self.outer.txid}: a nested transaction is a savepoint; call "
+            "rollback() to undo what it staged, or abort the enclosing transaction"
+        )
+
+    def rollback(self) -> Awaitable[None] | None:
+        """Undo what this block has staged so far; the enclosing transaction stays open.
+        (The asyncio form, `ASavepoint.rollback`, returns an awaitable that does it.)"""
+        outer = self.outer
+        assert isinstance(outer, Tx)
+        outer._driver.drive(outer.rollback_steps(self._entered()))
+        return None
+
+    def __enter__(self) -> Savepoint:
+        self._mark = self.outer.savepoint()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+        if exc is not None and not self._outer_settled(exc):
+            self.rollback()
+        return False
+
+
+class ASavepoint(Savepoint):
+    """The asyncio form of `Savepoint`: `async with rt.atransaction()` nested in another."""
+
+    __slots__ = ()
+
+    async def rollback(self) -> None:
+        outer = self.outer
+        assert isinstance(outer, ATx)
+        await outer._driver.adrive(outer.rollback_steps(self._entered()))
+
+    async def __aenter__(self) -> ASavepoint:
+        self._mark = self.outer.savepoint()
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is not None and not self._outer_settled(exc):
+            await self.rollback()
+        return False
