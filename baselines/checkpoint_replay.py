@@ -8,18 +8,19 @@ there under the same transaction identity. Commit does nothing.
 Known failures: a replayed step re-applies an effect that had landed before the failure (F2):
 a duplicate; effects of a run that finally gives up stay applied (residue, not reported);
 irreversible sends made before an abort leak; no isolation between agents.
-Versus the paper: Table 9 has checkpoint-replay 100% clean at F2-only fp=0.10; here it is about
-64% (32/50), because re-running the failed step (by the agent's step retry or by the replay)
-re-applies an effect that had landed. Table 15 has leaks only for tool-failure and time-out
-aborts; here any abort after a send (a veto included) leaves it sent.
-Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
-tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
-mixed 0.10/0.30, N=100/100/300/300):
-Wins: with the paper's protocol (3 wrapper retries that replay the failed step) 97/93 on
-tau_retail_paper_protocol.
+Versus the paper: Table 9 has checkpoint-replay 100% clean at F2-only fp=0.10; here it is
+lower (`atomix run configs/synthetic_fault_class.yaml`, or `atomix reproduce --tables 9`),
+because re-running the failed step (by the agent's step retry or by the replay) re-applies an
+effect that had landed. Table 15 has leaks only for tool-failure and time-out aborts; here any
+abort after a send (a veto included) leaves it sent (`atomix run configs/leakage.yaml`).
+Where it wins and loses (seed 2026, llm-like agent with max_steps=30; `atomix run
+configs/tau_retail.yaml`, `configs/tau_retail_notify.yaml` and `configs/tau_stress.yaml` print
+the figures, tau_stress with `--modes checkpoint-replay`, since it does not list this mode):
+Wins: with the paper's protocol (3 wrapper retries that replay the failed step below the
+agent), which `atomix run configs/tau_retail_paper_protocol.yaml` shows.
 Loses: under the fair protocol an LLM sees the error itself and the checkpoint is never used,
-so it equals no-tx: 90/67 on tau_retail, 77/47 with notifications (17 leaked and 16
-duplicated mails at 0.30); 0/0/1/2 on tau_stress.
+so it scores as no-tx on tau_retail and, with notifications, leaks and duplicates mails as
+no-tx does (eager sends without keys); on tau_stress it has no isolation and loses updates.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import copy
 from typing import Any
 
 from atomix.effects import AbortSource
-from harness.modes.base import AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.modes.base import AgentContext, ModeSession, ModeSettings, TrialMode
 from harness.world.clock import VirtualClock
 from harness.world.substrates import TrialEnv
 from harness.world.tooling import ToolCall
@@ -79,10 +80,3 @@ class CheckpointReplaySession(ModeSession):
     async def abort(self, source: AbortSource | str, detail: str = "") -> None:
         # Checkpointing restores the agent, not the world: nothing is undone out there.
         return None
-
-
-register(
-    "checkpoint-replay",
-    "checkpoint agent memory; on failure restore it and replay; effects are not retracted",
-    CheckpointReplayTrial,
-)

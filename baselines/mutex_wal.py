@@ -14,15 +14,16 @@ over whatever another workflow wrote since.
 Versus the paper: Table 14 credits Mutex+WAL with stale-plan isolation and Table 3 with 70%
 clean runs on a contended workload. As specified here (a workflow-scoped mutex, no
 per-resource ordering across workflows) it isolates nothing: on tau_contention (4 agents, 2
-orders, fp=0) it loses updates exactly as no-tx does (0/30 clean). The paper does not say
-how its mutex orders different workflows, and we did not invent a mechanism for it.
-Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
-tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
-mixed 0.10/0.30, N=100/100/300/300):
-Wins: its gate holds sends: no leaked mail on tau_retail_notify (83/57).
-Loses: 87/67 on tau_retail (a step carried on past a failure shuts the gate, so the
-commit is refused and rolled back); 3 duplicated mails at 0.30 (gated sends retried without
-a key); 0/0/3/5 on tau_stress (no isolation across workflows).
+orders, fp=0) it loses updates as no-tx does (`atomix run configs/tau_contention.yaml --modes
+mutex-wal,no-tx`). The paper does not say how its mutex orders different workflows, and we
+did not invent a mechanism for it.
+Where it wins and loses (seed 2026, llm-like agent with max_steps=30; `atomix run
+configs/tau_retail.yaml`, `configs/tau_retail_notify.yaml` and `configs/tau_stress.yaml` print
+the figures):
+Wins: its gate holds sends: no leaked mail on tau_retail_notify.
+Loses: on tau_retail a step carried on past a failure shuts the gate, so the commit is
+refused and rolled back; gated sends retried without a key duplicate mails; on tau_stress
+nothing isolates workflows from each other, so updates are lost.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Any
 
 from atomix.effects import AbortSource, EffectClass
 from atomix.tools import Ack
-from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode
 from harness.modes.locks import LockManager
 from harness.world import faults
 from harness.world.clock import VirtualClock
@@ -130,7 +131,9 @@ class MutexWalSession(ModeSession):
     which is counted in `reported_residue`. No isolation from other workflows, no dedup.
     """
 
-    restarts_after_abort = True  # its abort leaves nothing behind, so a fresh attempt is safe
+    # Its abort restores the WAL's before-images, so the agent may start over; a restore that
+    # fails leaves residue (counted in `reported_residue`).
+    restarts_after_abort = True
 
     trial: MutexWalTrial
 
@@ -177,11 +180,7 @@ class MutexWalSession(ModeSession):
         ctx, tool, args, site = self.ctx, call.tool, call.args, call.op_id
         env, boundary = ctx.env, ctx.boundary
         if tool.effect is None:
-            read = Delivery(None, ctx.meta(site, read=True))
-            try:
-                return boundary.deliver(site, lambda: tool.run(env, args, read))
-            finally:
-                await boundary.pay()
+            return await self.call_directly(call)  # a read: no key, nothing to undo
         if tool.effect is EffectClass.IRREVERSIBLE:
             # Held behind the gate: nothing leaves before commit.
             self.gated[site] = call
@@ -315,10 +314,3 @@ class MutexWalTrial(TrialMode):
 
     def session(self, ctx: AgentContext) -> MutexWalSession:
         return MutexWalSession(self, ctx)
-
-
-register(
-    "mutex-wal",
-    "workflow mutex + write-ahead log of before-images; rollback on abort; gated irreversibles",
-    MutexWalTrial,
-)

@@ -6,12 +6,13 @@ abort retracts nothing. The agent's own loop retries a failed step.
 Known failures: partial effects after a fault, duplicates after an ambiguous failure or a
 duplicated delivery (no idempotency keys), leaked irreversible sends, lost updates under
 contention.
-Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
-tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
-mixed 0.10/0.30, N=100/100/300/300):
+Where it wins and loses (seed 2026, llm-like agent with max_steps=30; `atomix run
+configs/tau_retail.yaml`, `configs/tau_retail_notify.yaml` and `configs/tau_stress.yaml` print
+the figures):
 Wins: nothing; it is the floor.
-Loses: 90/67 on tau_retail (9 effects of abandoned tasks left, none reported), 77/47 with
-notifications, 0/0/3/2 on tau_stress.
+Loses: on tau_retail the effects of abandoned tasks stay applied, none reported (the
+`residue` table); with notifications it leaks and duplicates mails; on tau_stress it loses
+updates.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from atomix.effects import AbortSource
-from harness.modes.base import AgentContext, ModeSession, TrialMode, register
+from harness.modes.base import AgentContext, ModeSession, TrialMode
 from harness.world.tooling import ToolCall
 
 
@@ -39,6 +40,3 @@ class DirectSession(ModeSession):
 class NoTxTrial(TrialMode):
     def session(self, ctx: AgentContext) -> DirectSession:
         return DirectSession(self, ctx)
-
-
-register("no-tx", "direct tool calls; the agent retries a failed step", NoTxTrial)

@@ -11,17 +11,19 @@ validated both abort (each sees the other's bump) and the second rollback restor
 first's aborted value (dirty residue); a rollback also restores its image over a write
 committed since. Blind writes are never validated (write-write cycles commit).
 Versus the paper: Table 1 gives OCC 0.00 invariant violations per run under contention; ours
-has some (8 violations over 30 tau_contention trials with 4 agents, 64 with 8), from the
-rollback interleaving above, which eager, ungated effects (DESIGN.md section 3) allow; an
-OCC that buffered its writes until validation would not show it, but would gate effects.
-Table 9 gives OCC 100% clean at F2-only fp=0.10 on the synthetic workload; ours is 33/50,
-because an F2 applied its effect and the agent's retry, without a key, applies it again.
-Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
-tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
-mixed 0.10/0.30, N=100/100/300/300):
-Wins: same as saga on one agent (90/67 on tau_retail).
-Loses: 77/47 with notifications; 0/0/1/0.7 on tau_stress: every stale-read abort retries the
-plan, and each attempt's mail has already left (1,064 leaked mails in 100 F2-only runs).
+has some, with 4 agents and more with 8 (`atomix run configs/tau_contention.yaml`, its
+`invariants` table), from the rollback interleaving above, which its eager, ungated effects
+allow; an OCC that buffered its writes until validation would not show it, but would gate
+effects. Table 9 gives OCC 100% clean at F2-only fp=0.10 on the synthetic workload; ours is
+lower (`atomix run configs/synthetic_fault_class.yaml`), because an F2 applied its effect and
+the agent's retry, without a key, applies it again.
+Where it wins and loses (seed 2026, llm-like agent with max_steps=30; `atomix run
+configs/tau_retail.yaml`, `configs/tau_retail_notify.yaml` and `configs/tau_stress.yaml` print
+the figures):
+Wins: as saga where one agent works alone (tau_retail): nothing to validate against, so it
+is eager execution with rollback.
+Loses: with notifications (eager sends without keys); on tau_stress every stale-read abort
+retries the plan, and each attempt's mail has already left (its `leaks` table).
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from atomix.effects import AbortSource, EffectClass
-from atomix.scopes import Scope, parse_scope
-from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
+from atomix.scope_parsing import parse_scope
+from atomix.scopes import Scope
+from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode
 from harness.world.clock import VirtualClock
 from harness.world.substrates import TrialEnv
 from harness.world.tooling import Delivery, ToolCall, ToolError
@@ -89,7 +92,9 @@ class OccSession(ModeSession):
     stay sent.
     """
 
-    restarts_after_abort = True  # its abort leaves nothing behind, so a fresh attempt is safe
+    # Its abort rolls back the attempt's revocable writes, so the agent may start over; a
+    # rollback that fails leaves residue (counted in `reported_residue`), and sends stay sent.
+    restarts_after_abort = True
 
     trial: OccTrial
 
@@ -108,11 +113,7 @@ class OccSession(ModeSession):
             # The call runs synchronously right after, so this is the version it reads.
             self.reads.append((scope, versions.version(scope)))
         if tool.effect is None:
-            read = Delivery(None, ctx.meta(site, read=True))
-            try:
-                return boundary.deliver(site, lambda: tool.run(env, args, read))
-            finally:
-                await boundary.pay()
+            return await self.call_directly(call)  # a read: no key, nothing to undo
         delivery = Delivery(None, ctx.meta(site, idem=tool.idempotent))
         revocable = tool.effect is not EffectClass.IRREVERSIBLE
         before = tool.before(env, args) if revocable and tool.before is not None else None
@@ -178,11 +179,3 @@ class OccTrial(TrialMode):
 
     def session(self, ctx: AgentContext) -> OccSession:
         return OccSession(self, ctx)
-
-
-register(
-    "occ",
-    "execute eagerly, record read versions, re-validate at commit, roll back and retry on a "
-    "stale read; effects are not gated",
-    OccTrial,
-)

@@ -7,12 +7,12 @@ deadlock is possible; nothing is buffered, gated or rolled back.
 Known failures: a read-modify-write workflow (read in one call, write what it computed in a
 later one) interleaves with another between its calls and loses an update; partial effects
 after a fault, duplicates after F2/F4 (no keys), sends of aborted runs stay sent.
-Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
-tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
-mixed 0.10/0.30, N=100/100/300/300):
-Wins: no waits to speak of.
-Loses: a read-modify-write spans two calls, so updates are lost: 0/0/0/0 on tau_stress;
-77/47 on tau_retail_notify (no keys, no gate).
+Where it wins and loses (seed 2026, llm-like agent with max_steps=30; `atomix run
+configs/tau_retail.yaml`, `configs/tau_retail_notify.yaml` and `configs/tau_stress.yaml` print
+the figures with `--modes per-call-lock,no-tx`, since none of them lists this mode):
+Wins: no waits to speak of (the `wait` table).
+Loses: a read-modify-write spans two calls, so updates are lost on tau_stress; on
+tau_retail_notify it leaks and duplicates mails as no-tx does (no keys, no gate).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from atomix.effects import AbortSource
-from harness.modes.base import AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.modes.base import AgentContext, ModeSession, ModeSettings, TrialMode
 from harness.modes.locks import LockManager
 from harness.world.clock import VirtualClock
 from harness.world.substrates import TrialEnv
@@ -63,8 +63,3 @@ class PerCallLockTrial(TrialMode):
 
     def session(self, ctx: AgentContext) -> PerCallLockSession:
         return PerCallLockSession(self, ctx)
-
-
-register(
-    "per-call-lock", "lock only the scopes of each single tool call, around that call", PerCallLockTrial
-)

@@ -1,21 +1,22 @@
 """`retry-only`: direct tool calls wrapped in a bounded retry with exponential backoff.
 
 Mechanism: like no-tx (no idempotency keys; commit and abort do nothing), but the session
-retries a call that raised an injected fault (F1, F2 or F5) up to `settings.step_retries` (3)
-more times, sleeping 20, 40, 80 ms on the virtual clock in between, before the fault reaches
-the agent (whose own step retries come on top). A tool's own refusal is not retried.
+retries a call that raised an injected fault (F1, F2 or F5) up to `settings.step_retries`
+more times (the mode settings; 2 unless the config says otherwise), sleeping `backoff_ms`
+times 1, 2, 4, ... on the virtual clock in between, before the fault reaches the agent (whose
+own step retries come on top). A tool's own refusal is not retried.
 Known failures: duplicates after an ambiguous failure (the retry re-applies an effect that had
 landed) or a duplicated delivery, partial effects when a step finally fails, leaked
 irreversible sends, lost updates under contention.
 Versus the paper: with Bernoulli faults drawn per call site and occurrence, the wrapper's
 retries meet the same draws the agent's step retries would, so on the single-agent synthetic
 workload its clean rates equal no-tx's; the retries cost virtual time, not cleanliness.
-Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
-tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
-mixed 0.10/0.30, N=100/100/300/300):
-Wins: its wrapper retries absorb failures before the agent sees them: 97/67 on
-tau_retail_notify, above no-tx at 0.10.
-Loses: retries without keys duplicate: 1/0/1/1 on tau_stress.
+Where it wins and loses (seed 2026, llm-like agent with max_steps=30; `atomix run
+configs/tau_retail.yaml`, `configs/tau_retail_notify.yaml` and `configs/tau_stress.yaml` print
+the figures with `--modes retry-only,no-tx`, since none of them lists this mode):
+Wins: its wrapper retries absorb failures before the agent sees them, which lifts it above
+no-tx on tau_retail_notify at the lower fault rate.
+Loses: retries without keys duplicate, so on tau_stress hardly a run is clean.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from atomix.effects import AbortSource
-from harness.modes.base import AgentContext, ModeSession, TrialMode, register
+from harness.modes.base import AgentContext, ModeSession, TrialMode
 from harness.world import faults
 from harness.world.clock import Sleep
 from harness.world.tooling import ToolCall
@@ -63,6 +64,3 @@ class RetrySession(ModeSession):
 class RetryOnlyTrial(TrialMode):
     def session(self, ctx: AgentContext) -> RetrySession:
         return RetrySession(self, ctx)
-
-
-register("retry-only", "direct tool calls with bounded retries and exponential backoff", RetryOnlyTrial)

@@ -11,17 +11,18 @@ Known failures: a send before the abort leaks (it has no handler and is not repo
 retried F2 or a duplicated delivery is a duplicate once committed, a failed compensation
 leaves (reported) residue, lost updates and dirty reads under contention.
 Versus the paper: Table 9 has saga 100% clean at F2-only fp=0.10 on the synthetic workload;
-here it is about 64% (32/50), because the agent retries a step whose call landed and nothing
-dedups it. Table 15 has 0 saga leaks on pre-commit veto; here a veto comes after the plan ran,
-so an eager send has already left and leaks like under any other abort source.
-Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
-tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
-mixed 0.10/0.30, N=100/100/300/300):
-Wins: compensation makes a give-up clean of writes where it succeeds (residue 3 over 30
-tau_retail trials at 0.30, against 9 for no-tx).
-Loses: 90/67 on tau_retail, 77/47 with notifications (17 leaked and 16 duplicated mails at
-0.30: sends leave at once and retries have no key); 0/0/4/3 on tau_stress (lost updates:
-183 stale commits in 100 F2-only runs).
+here it is lower (`atomix run configs/synthetic_fault_class.yaml`), because the agent retries
+a step whose call landed and nothing dedups it. Table 15 has 0 saga leaks on pre-commit veto;
+here a veto comes after the plan ran, so an eager send has already left and leaks like under
+any other abort source (`atomix run configs/leakage.yaml`).
+Where it wins and loses (seed 2026, llm-like agent with max_steps=30; `atomix run
+configs/tau_retail.yaml`, `configs/tau_retail_notify.yaml` and `configs/tau_stress.yaml` print
+the figures):
+Wins: compensation makes a give-up clean of writes where it succeeds, so tau_retail's
+`residue` table holds less for it than for no-tx (a failed compensation still leaves residue).
+Loses: its clean rate on tau_retail is no-tx's; with notifications it leaks and duplicates
+mails (sends leave at once and retries have no key); on tau_stress it loses updates (its
+`stale` table).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from atomix.effects import AbortSource, EffectClass
-from harness.modes.base import AgentContext, ModeSession, TrialMode, register
+from harness.modes.base import AgentContext, ModeSession, TrialMode
 from harness.world import faults
 from harness.world.tooling import Delivery, ToolCall
 
@@ -52,7 +53,9 @@ class SagaSession(ModeSession):
     `reported_residue`. Nothing else (no dedup, no gating, no isolation).
     """
 
-    restarts_after_abort = True  # its abort leaves nothing behind, so a fresh attempt is safe
+    # Its abort compensates what the attempt ran, so the agent may start over; a compensation
+    # that fails leaves residue (counted in `reported_residue`), and a sent mail stays sent.
+    restarts_after_abort = True
 
     def __init__(self, trial: TrialMode, ctx: AgentContext) -> None:
         super().__init__(trial, ctx)
@@ -63,11 +66,7 @@ class SagaSession(ModeSession):
         ctx, tool, args, site = self.ctx, call.tool, call.args, call.op_id
         env, boundary = ctx.env, ctx.boundary
         if tool.effect is None:
-            read = Delivery(None, ctx.meta(site, read=True))
-            try:
-                return boundary.deliver(site, lambda: tool.run(env, args, read))
-            finally:
-                await boundary.pay()
+            return await self.call_directly(call)  # a read: no key, nothing to undo
         delivery = Delivery(None, ctx.meta(site, idem=tool.idempotent))
         revocable = tool.effect is not EffectClass.IRREVERSIBLE
         # The before-image must be taken before the forward call, or it would capture the
@@ -105,10 +104,3 @@ class SagaSession(ModeSession):
 class SagaTrial(TrialMode):
     def session(self, ctx: AgentContext) -> SagaSession:
         return SagaSession(self, ctx)
-
-
-register(
-    "saga",
-    "execute eagerly; on abort run compensation handlers in reverse; no gating, no isolation",
-    SagaTrial,
-)

@@ -2,9 +2,10 @@
 
 Mechanism: reads run at once. An effect-bearing call is *tried*: a round trip delivering the
 tool's `check` (validate, no effect) or a no-op, answered by an acknowledgement. Commit
-*confirms* the tried calls in order, each under its own idempotency key, retried up to
-`settings.apply_attempts` (3, Atomix's apply bound) times; a confirm that still fails stops
-the rest, those confirmed stay, and the transaction aborts (not retryably). Abort *cancels*.
+*confirms* the tried calls in order, each under its own idempotency key, tried up to
+`settings.apply_attempts` times in all (the mode settings' bound on a commit-time apply, as
+Atomix's; default 8) with exponential backoff; a confirm that still fails stops the rest,
+those confirmed stay, and the transaction aborts (not retryably). Abort *cancels*.
 The substrates have no reservation primitive, so a try holds nothing and a cancel needs no
 round trip; a confirm can thus fail a precondition that held at try time (a slot filled
 meanwhile) where a service with real reservations would have refused the try instead.
@@ -13,15 +14,15 @@ and stale plans under contention (confirms are neither ordered per resource nor 
 against what was read); no read-your-writes inside a transaction.
 Versus the paper: single-agent synthetic runs are clean under F1, F2 and F4 alike (keys make
 confirms idempotent); the paper's lower TCC figures come from contended and real-LLM workloads.
-Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
-tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
-mixed 0.10/0.30, N=100/100/300/300):
-Wins: nothing leaves before commit and confirms carry keys: 87/77 on tau_retail, 80/70 with
-notifications, 0 leaked and 0 duplicated mails.
-Loses: a write whose try failed is never confirmed if the agent carries on past it (its one
-extra loss at 0.10 on tau_retail: an F2 on a write, where under tx-full the same failed call
-had landed, so carrying on was right there); no isolation: 0/0/1/6 on tau_stress, from lost
-updates (180 stale commits in 100 F2-only runs).
+Where it wins and loses (seed 2026, llm-like agent with max_steps=30; `atomix run
+configs/tau_retail.yaml`, `configs/tau_retail_notify.yaml` and `configs/tau_stress.yaml` print
+the figures):
+Wins: nothing leaves before commit and confirms carry keys: no leaked and no duplicated
+mail on tau_retail_notify.
+Loses: a write whose try failed is never confirmed if the agent carries on past it (on
+tau_retail, after an F2 on a write, where under tx-full the same failed call had landed, so
+carrying on was right there); no isolation: on tau_stress updates are lost (its `stale`
+table).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 from atomix.effects import AbortSource
 from atomix.tools import Ack
-from harness.modes.base import Aborted, AgentContext, ModeSession, TrialMode, register
+from harness.modes.base import Aborted, AgentContext, ModeSession, TrialMode
 from harness.world import faults
 from harness.world.clock import Sleep
 from harness.world.tooling import Delivery, ToolCall, ToolError
@@ -53,7 +54,9 @@ class TccSession(ModeSession):
     often it is retried or delivered. It does not guarantee all-or-nothing at commit.
     """
 
-    restarts_after_abort = True  # its abort leaves nothing behind, so a fresh attempt is safe
+    # An abort before commit leaves nothing behind (a try holds nothing), so a fresh attempt is
+    # safe; the abort after a failed confirm is not retryable, so no restart follows it.
+    restarts_after_abort = True
 
     def __init__(self, trial: TrialMode, ctx: AgentContext) -> None:
         super().__init__(trial, ctx)
@@ -65,11 +68,7 @@ class TccSession(ModeSession):
         ctx, tool, args, site = self.ctx, call.tool, call.args, call.op_id
         env, boundary = ctx.env, ctx.boundary
         if tool.effect is None:
-            read = Delivery(None, ctx.meta(site, read=True))
-            try:
-                return boundary.deliver(site, lambda: tool.run(env, args, read))
-            finally:
-                await boundary.pay()
+            return await self.call_directly(call)  # a read: no key, nothing to undo
         check = tool.check
         try:
             # The try is a real round trip to the service, so it can fault like any call.
@@ -123,10 +122,3 @@ def _no_op() -> None:
 class TccTrial(TrialMode):
     def session(self, ctx: AgentContext) -> TccSession:
         return TccSession(self, ctx)
-
-
-register(
-    "tcc",
-    "try (reserve) / confirm / cancel per call; confirm at commit; no per-resource ordering",
-    TccTrial,
-)

@@ -11,15 +11,19 @@ after a fault, duplicates after F2/F4 (no keys), sends of aborted runs stay sent
 Versus the paper: Table 1 gives Workflow-Lock 44.9/104.7 ms of wait on *disjoint* tasks
 (4/8 agents), the very numbers of its single-global-lock ablation (Table 10), and Table 13
 a throughput of 1.00 at every overlap: that lock was global. This one locks the declared
-footprint scope by scope, so disjoint workflows never wait (0 ms on tau_contention
-disjoint); overlapping ones serialise as in the paper (79 ms mean wait, 0 violations, on
-tau_contention with 4 agents on 2 orders).
-Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
-tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
-mixed 0.10/0.30, N=100/100/300/300):
-Wins: isolation by locks: 59/68/68/31 on tau_stress, second to tx-full.
-Loses: waits (116-719 ms mean on tau_stress); no keys and no gate: 77/47 on
-tau_retail_notify, 37 duplicated mails in 100 F2-only tau_stress runs.
+footprint scope by scope, so disjoint workflows never wait (`atomix run
+configs/tau_disjoint.yaml`); overlapping ones serialise as in the paper, without invariant
+violations (`atomix run configs/tau_contention.yaml`, 4 agents on 2 orders: its `wait` and
+`invariants` tables).
+Where it wins and loses (seed 2026, llm-like agent with max_steps=30; `atomix run
+configs/tau_retail.yaml`, `configs/tau_retail_notify.yaml` and `configs/tau_stress.yaml` print
+the figures, tau_retail_notify with `--modes workflow-lock`, since it does not list this
+mode):
+Wins: isolation by locks: no stale commit on tau_stress, where the baselines without
+isolation lose updates.
+Loses: waits (tau_stress's `wait` table); no keys and no gate: on tau_retail_notify it leaks
+and duplicates mails as no-tx does, and under F2-only on tau_stress a retried send is
+duplicated.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from atomix.effects import AbortSource
-from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode
 from harness.modes.locks import LockManager
 from harness.world.clock import VirtualClock
 from harness.world.substrates import TrialEnv
@@ -79,10 +83,3 @@ class WorkflowLockTrial(TrialMode):
 
     def session(self, ctx: AgentContext) -> WorkflowLockSession:
         return WorkflowLockSession(self, ctx)
-
-
-register(
-    "workflow-lock",
-    "lock every resource the workflow may touch (its declared footprint) for its whole duration",
-    WorkflowLockTrial,
-)

@@ -9,7 +9,6 @@ the record. A new kind of agent is a class here (or in its own module) plus one 
 
 from __future__ import annotations
 
-import importlib
 import random
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -17,6 +16,7 @@ from typing import Any, Protocol
 from harness.agents.policies import make_policy
 from harness.agents.task import AgentOutcome, run_agent
 from harness.modes.base import AgentContext, TrialMode
+from harness.registry import Entry, Registry
 from harness.world.tooling import ToolDef
 
 __all__ = ["LOOPS", "AgentLoop", "ScriptedLoop", "make_loop"]
@@ -67,15 +67,17 @@ class ScriptedLoop:
         return {}
 
 
-#: agent.kind -> (module, class) of its loop.
-LOOPS: dict[str, tuple[str, str]] = {
-    "gold": ("harness.agents.loops", "ScriptedLoop"),
-    "llm-like": ("harness.agents.loops", "ScriptedLoop"),
-    "llm": ("harness.agents.llm", "LlmLoop"),
-}
+#: agent.kind -> its loop class (built once per trial).
+LOOPS: Registry[Any] = Registry("agent kind", [
+    Entry("gold", "harness.agents.loops:ScriptedLoop", "replays each task's gold actions"),
+    Entry("llm-like", "harness.agents.loops:ScriptedLoop",
+          "a seeded stochastic model of how LLM agents react to errors (harness.agents.policies)"),
+    Entry("llm", "harness.agents.llm:LlmLoop",
+          "a real model behind an OpenAI-compatible endpoint (needs pip install '.[llm]')"),
+])
 
 
 def make_loop(spec: Any, scenario: Any, tools: Mapping[str, ToolDef]) -> AgentLoop:
     """The loop of `spec.agent.kind` for one trial (`spec` a TrialSpec)."""
-    module, cls = LOOPS[spec.agent.kind]
-    return getattr(importlib.import_module(module), cls)(spec, scenario, tools)
+    loop: AgentLoop = LOOPS[spec.agent.kind](spec, scenario, tools)
+    return loop

@@ -1,10 +1,10 @@
-"""Agent policies: how an agent reacts when a tool call fails (DESIGN.md section 4).
+"""Agent policies: how an agent reacts when a tool call fails.
 
 A policy is chosen per config (`agent:` section) and registered here by name; adding one is
 a class plus a line in `POLICIES`. The agent loop (`harness.agents.task.run_agent`) asks the policy
 what to do after every failed call and never decides by itself. A policy sees what an agent
 sees: the error text or the time-out, the step, how often it failed in a row. It never sees
-the injected fault's class (only the oracle does).
+the injected fault's class (only the oracle does; docs/design.md, "What a mode may see").
 
 - `gold` replays the task's gold actions: it retries a failed call up to `step_retries`
   times, then aborts the attempt and starts over (or resumes from the mode's checkpoint).
@@ -218,7 +218,7 @@ class AgentConfig(BaseModel):
     @field_validator("wrapper_retries_by_mode")
     @classmethod
     def _per_mode(cls, v: dict[str, int]) -> dict[str, int]:
-        from harness.modes.base import modes
+        from harness.modes.registry import modes
 
         known = modes()
         bad = sorted(m for m in v if m not in known)

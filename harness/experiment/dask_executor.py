@@ -7,7 +7,7 @@ starts a LocalCluster of `jobs` worker processes for the run and stops it afterw
 imported here only, and `harness.experiment.executors` imports this module only when this executor is
 chosen (saying how to install dask when it is missing).
 
-A task is `harness.experiment.executors.run_batch` over a few consecutive specs, pickled by reference:
+A task is `harness.experiment.executor.run_batch` over a few consecutive specs, pickled by reference:
 workers import it from their own install (checked on connecting), so a record is exactly
 what a local run writes apart from its timings. At most a few batches per worker thread are
 queued at a time, so a huge plan never sits in the scheduler's memory and an interrupt
@@ -28,7 +28,7 @@ from distributed.comm import CommClosedError
 from distributed.comm.addressing import parse_address, parse_host_port
 
 from harness.errors import RunError
-from harness.experiment.executors import ExecutorLost, ExecutorOptions, chunk_size, run_batch
+from harness.experiment.executor import ExecutorLost, ExecutorOptions, chunk_size, run_batch
 from harness.experiment.trial import TrialSpec
 
 #: How long to try to reach a scheduler before giving up.
@@ -72,7 +72,7 @@ def _check_workers(client: Any, address: str) -> None:
     """RunError unless every worker can import the project: a worker that cannot unpickle a
     task drops its connection and the task waits forever, so this is asked first, with
     `exec` (a builtin: the question itself needs nothing from the project)."""
-    answers = client.run(exec, "import harness.experiment.executors", on_error="return")
+    answers = client.run(exec, "import harness.experiment.executor", on_error="return")
     failed = {w: a for w, a in answers.items() if isinstance(a, BaseException)}
     if failed:
         worker, error = next(iter(failed.items()))

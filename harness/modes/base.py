@@ -1,7 +1,7 @@
 """The mode interface: how a workload's agents settle tool calls under any mechanism.
 
-A mode is registered once, by name, with a one-line description and a factory. For each
-trial the factory builds a `TrialMode` (the mechanism's shared state: a coordinator, lock
+A mode is one row of the table in `harness.modes.registry`: a name, a one-line description
+and a factory. For each trial the factory builds a `TrialMode` (the mechanism's shared state: a coordinator, lock
 tables, version tables); each agent attempt opens a `ModeSession` on it to begin, call
 tools, commit and abort. Workloads and agents only ever use this interface, so one agent
 runs unchanged under every mode.
@@ -9,7 +9,6 @@ runs unchanged under every mode.
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,23 +20,6 @@ from harness.world.boundary import Boundary
 from harness.world.clock import Park, VirtualClock, VSignal
 from harness.world.substrates import TrialEnv
 from harness.world.tooling import Delivery, ToolCall, ToolError
-
-# Modules that register modes; adding a mechanism means adding a module and a line here.
-MODE_MODULES: tuple[str, ...] = (
-    "harness.modes.tx",
-    "harness.modes.tx_flat_scopes",
-    "harness.modes.tx_frontier_fault",
-    "baselines.no_tx",
-    "baselines.retry_only",
-    "baselines.saga",
-    "baselines.tcc",
-    "baselines.checkpoint_replay",
-    "harness.modes.tx_no_frontier",
-    "baselines.mutex_wal",
-    "baselines.workflow_lock",
-    "baselines.per_call_lock",
-    "baselines.occ",
-)
 
 
 class Aborted(Exception):
@@ -170,46 +152,3 @@ class TrialMode(ABC):
 
 
 TrialModeFactory = Callable[[TrialEnv, VirtualClock, ModeSettings], TrialMode]
-
-
-@dataclass(frozen=True, slots=True)
-class ModeInfo:
-    """One registry entry: a mode's name, where it lives, what it does."""
-
-    name: str
-    description: str
-    factory: TrialModeFactory
-    module: str
-    family: str  # "atomix", "ablation" or "baseline"
-
-
-_REGISTRY: dict[str, ModeInfo] = {}
-
-
-def register(
-    name: str,
-    description: str,
-    factory: TrialModeFactory,
-    *,
-    family: str = "baseline",
-    module: str | None = None,
-) -> None:
-    if name in _REGISTRY and _REGISTRY[name].description != description:
-        raise ValueError(f"mode {name!r} is registered twice")
-    _REGISTRY[name] = ModeInfo(
-        name, description, factory, module or getattr(factory, "__module__", "?"), family
-    )
-
-
-def modes() -> dict[str, ModeInfo]:
-    """Every registered mode (importing the modules that register them)."""
-    for module in MODE_MODULES:
-        importlib.import_module(module)
-    return dict(_REGISTRY)
-
-
-def get_mode(name: str) -> ModeInfo:
-    registry = modes()
-    if name not in registry:
-        raise KeyError(f"unknown mode {name!r}; allowed: {', '.join(sorted(registry))}")
-    return registry[name]

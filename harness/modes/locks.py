@@ -15,7 +15,8 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 from atomix.effects import AbortSource
-from atomix.scopes import Scope, parse_scope
+from atomix.scope_parsing import parse_scope
+from atomix.scopes import Scope
 from harness.modes.base import Aborted, AgentContext
 from harness.world.clock import VirtualClock, VSignal
 

@@ -2,19 +2,22 @@
 
 The harness's shim turns each workload tool call into the runtime's own steps (read,
 externalize, stage, commit, abort) through `TxSession`; the protocol itself is the core's.
-Measured (seed 2026, llm-like agent with max_steps=30; clean % at fp=0.10/0.30 on
-tau_retail and tau_retail_notify, N=30; run-clean % on tau_stress at F2/F4-only 0.10 and
-mixed 0.10/0.30, N=100/100/300/300):
-Wins: 90/77 on tau_retail (ties no-frontier and tcc; the keyless modes reach 67 at 0.30,
-because a retry after an error whose effect had landed is refused by tau2 and the agent may
-then give up, leaving residue); 90/77 with notifications, where no mail leaked or doubled
-(the gate and the keys) while saga, occ, no-tx and checkpoint-replay fell to 77/47 with 17
-leaked and 16 duplicated mails at 0.30; 94/100/80/52 on tau_stress, the best but for
-no-frontier at mixed 0.10 (87 over N=100).
-Loses: waiting (43-634 ms mean on tau_stress) and, at mixed 0.30, 279 invariant violations in
-300 runs, mostly from F3: a failed compensation of an aborted attempt leaves its write under a
-later commit (classified as residue, so not unclassified, but the run is not clean). With
-the paper's asymmetric protocol (3 wrapper retries for tx-full only) it reaches 100/100.
+Where it wins and loses (seed 2026, llm-like agent with max_steps=30; `atomix run
+configs/tau_retail.yaml`, `configs/tau_retail_notify.yaml` and `configs/tau_stress.yaml` print
+the figures, `atomix compare RUN_DIR --baseline tx-full` tests the differences on paired
+trials):
+Wins: on tau_retail at the higher fault rate over the keyless modes, because there a retry
+after an error whose effect had landed is refused by tau2 and the agent may then give up,
+leaving residue; with notifications no mail leaks or doubles (the gate and the keys) while
+saga, occ, no-tx and checkpoint-replay leak and duplicate mails; on tau_stress it isolates
+where the baselines lose updates (no-frontier, run with `--modes no-frontier`, can edge it
+out at the lower mixed fault rate: an aborted attempt holds nothing up there).
+Loses: waiting (tau_stress's `wait` table) and, under mixed faults, invariant violations
+mostly from F3: a failed compensation of an aborted attempt leaves its write under a later
+commit (classified as residue, so not unclassified, but the run is not clean). With the
+paper's asymmetric protocol (3 wrapper retries below the agent for tx-full and
+checkpoint-replay only, `configs/tau_retail_paper_protocol.yaml`) a failed call is retried
+before the agent sees it, and nearly every task ends clean.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from typing import Any
 from atomix.decisions import Settlement
 from atomix.effects import AbortSource, Effect, EffectClass
 from atomix.errors import TransactionAborted
+from atomix.instructions import ApplyAbort, ApplyCommit, Block, Run, Steps
 from atomix.manager import RuntimeOptions
-from atomix.scopes import NAIVE
-from atomix.session import ApplyAbort, ApplyCommit, Block, Coordinator, Run, Steps, TxSession
+from atomix.scope_parsing import NAIVE
+from atomix.session import Coordinator, TxSession
 from atomix.settle import carry_out_abort, carry_out_commit
 from atomix.tools import Ack
-from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, register
+from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode
 from harness.world import faults
 from harness.world.clock import VirtualClock, VSignal
 from harness.world.substrates import TrialEnv
@@ -97,7 +101,9 @@ class TxTrial(TrialMode):
 class TxModeSession(ModeSession):
     """The harness shim over one Atomix transaction."""
 
-    restarts_after_abort = True  # its abort leaves nothing behind, so a fresh attempt is safe
+    # Its abort drops buffered effects, withholds gated ones and compensates reversible ones, so
+    # a fresh attempt is safe; a compensation that fails leaves residue, which is reported.
+    restarts_after_abort = True
 
     trial: TxTrial
 
@@ -196,15 +202,12 @@ def tx_factory(options: RuntimeOptions) -> Any:
     return factory
 
 
-_FULL = RuntimeOptions()
-register("tx-full", "Atomix: sealed footprints, per-resource frontiers, effect-class settlement",
-         tx_factory(_FULL), family="atomix")
-for _name, _change, _what in (
-    ("tx-global-frontier", {"frontier": "global"}, "one global frontier instead of one per resource"),
-    ("tx-no-scope-on-read", {"scope_on_read": False}, "reads are not registered in the footprint"),
-    ("tx-no-abort-on-stale", {"abort_on_stale": False}, "stale reads and late accesses still commit"),
-    ("tx-naive-string-scopes", {"scopes": NAIVE}, "scopes compared as raw strings, no canonicalisation"),
-    ("tx-no-residue-classification", {"classify_residue": False}, "failed compensations not reported as residue"),
-):
-    register(_name, f"ablation of tx-full: {_what}", tx_factory(dataclasses.replace(_FULL, **_change)),
-             family="ablation", module=__name__)
+# The factories the mode registry (harness.modes.registry) names: tx-full and its ablations,
+# each one switch of the runtime's options away from tx-full.
+FULL_OPTIONS = RuntimeOptions()
+full = tx_factory(FULL_OPTIONS)
+global_frontier = tx_factory(dataclasses.replace(FULL_OPTIONS, frontier="global"))
+no_scope_on_read = tx_factory(dataclasses.replace(FULL_OPTIONS, scope_on_read=False))
+no_abort_on_stale = tx_factory(dataclasses.replace(FULL_OPTIONS, abort_on_stale=False))
+naive_string_scopes = tx_factory(dataclasses.replace(FULL_OPTIONS, scopes=NAIVE))
+no_residue_classification = tx_factory(dataclasses.replace(FULL_OPTIONS, classify_residue=False))

@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 
 from atomix.manager import RuntimeOptions
-from atomix.scopes import Scope, ScopePolicy, naive_scope, parse_scope
-from harness.modes.base import register
+from atomix.scope_kinds import naive_scope
+from atomix.scope_parsing import ScopePolicy, parse_scope
+from atomix.scopes import Scope
 from harness.modes.tx import tx_factory
 
 
@@ -40,11 +41,4 @@ class FlatCanonicalPolicy(ScopePolicy):
 
 FLAT_CANONICAL = FlatCanonicalPolicy()
 
-register(
-    "tx-fine-no-overlap",
-    "ablation of tx-full: canonical per-resource scopes compared by equality, no overlap "
-    "(a directory, table or URL prefix does not cover what lies below it)",
-    tx_factory(dataclasses.replace(RuntimeOptions(), scopes=FLAT_CANONICAL)),
-    family="ablation",
-    module=__name__,
-)
+fine_no_overlap = tx_factory(dataclasses.replace(RuntimeOptions(), scopes=FLAT_CANONICAL))

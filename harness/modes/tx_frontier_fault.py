@@ -1,11 +1,11 @@
 """Frontier-contract negative controls (paper Table 18): the real runtime with a wrong frontier.
 
-The safety contract (DESIGN.md section 2) says a resource's frontier passes epoch e only when
-every transaction of an epoch below e registered there has settled. These modes break that
-promise on purpose, and nothing else: each runs `tx-full`'s runtime unmodified, except that
-the manager's ordering index (the `ScopeIndex` whose registrations say which earlier epochs
-are still unsettled on a resource, and so where each frontier stands) is replaced by a
-faulty one.
+The safety contract (docs/design.md, "The model", Frontier) says a resource's frontier passes
+epoch e only when every transaction of an epoch below e registered there has settled. These
+modes break that promise on purpose, and nothing else: each runs `tx-full`'s runtime
+unmodified, except that the manager's ordering index (the `ScopeIndex` whose registrations say
+which earlier epochs are still unsettled on a resource, and so where each frontier stands) is
+replaced by a faulty one.
 
 - `tx-frontier-premature`: a registration is forgotten the moment it is made, so every
   resource's frontier is already past an epoch while that epoch's transaction is still open:
@@ -30,7 +30,7 @@ from atomix.frontier import ScopeIndex
 from atomix.manager import RuntimeOptions, TransactionManager
 from atomix.scopes import Scope
 from atomix.transaction import Transaction
-from harness.modes.base import ModeSettings, register
+from harness.modes.base import ModeSettings
 from harness.modes.tx import TxTrial
 from harness.world.clock import VirtualClock
 from harness.world.substrates import TrialEnv
@@ -89,9 +89,5 @@ def frontier_fault_factory(fault: FrontierFault) -> Any:
     return factory
 
 
-register("tx-frontier-premature",
-         "negative control: tx-full whose frontiers advance before earlier epochs finalize",
-         frontier_fault_factory("premature"), family="negative-control", module=__name__)
-register("tx-frontier-stalled",
-         "negative control: tx-full whose frontiers never advance",
-         frontier_fault_factory("stalled"), family="negative-control", module=__name__)
+premature = frontier_fault_factory("premature")
+stalled = frontier_fault_factory("stalled")

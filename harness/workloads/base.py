@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Annotated, Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from atomix.schemas import ToolSchema
 from harness.agents.task import AgentOutcome, AgentPolicy, Task
@@ -40,6 +40,17 @@ class Scenario:
     info: dict[str, Any] = field(default_factory=dict)
     tool_schemas: tuple[ToolSchema, ...] = ()
     domain_policy: str = ""
+
+
+def _check_delay(v: list[float]) -> list[float]:
+    if not 0.0 <= v[0] <= v[1] <= 1e9:
+        raise ValueError(f"must be [low, high] with 0 <= low <= high <= 1e9 ms, got {v}")
+    return v
+
+
+#: A `[low, high]` range of simulated milliseconds from which an agent's planning delay is
+#: drawn; the type of every workload's `plan_delay_ms`.
+DelayRange = Annotated[list[float], Field(min_length=2, max_length=2), AfterValidator(_check_delay)]
 
 
 class WorkloadParams(BaseModel):

@@ -34,11 +34,11 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from atomix.effects import AbortSource
 from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
-from harness.workloads.base import Scenario, WorkloadParams
+from harness.workloads.base import DelayRange, Scenario, WorkloadParams
 from harness.workloads.synthetic import TOOLS as SYNTHETIC_TOOLS
 from harness.world.substrates import TrialEnv
 from harness.world.tooling import Delivery, ToolDef
@@ -66,17 +66,8 @@ class FrontierContractParams(WorkloadParams):
 
     agents: int = Field(2, ge=2, le=16)
     stagger_ms: float = Field(10.0, gt=0.0, le=1e6)
-    plan_delay_ms: list[float] = Field(
-        default_factory=lambda: [20.0, 20.0], min_length=2, max_length=2
-    )
+    plan_delay_ms: DelayRange = Field(default_factory=lambda: [20.0, 20.0])
     max_attempts: int = Field(3, ge=1, le=100)
-
-    @field_validator("plan_delay_ms")
-    @classmethod
-    def _delay(cls, v: list[float]) -> list[float]:
-        if not 0.0 <= v[0] <= v[1] <= 1e9:
-            raise ValueError(f"must be [low, high] with 0 <= low <= high <= 1e9 ms, got {v}")
-        return v
 
 
 def agent_index(name: str) -> int:

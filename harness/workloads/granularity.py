@@ -40,10 +40,10 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
-from harness.workloads.base import Scenario, WorkloadParams
+from harness.workloads.base import DelayRange, Scenario, WorkloadParams
 from harness.workloads.synthetic import TOOLS
 from harness.world.oracle import has_cycle
 from harness.world.substrates import TrialEnv
@@ -64,14 +64,7 @@ class GranularityParams(WorkloadParams):
     max_attempts: int = Field(10, ge=1, le=100)
     # Think time before each call (simulated ms, drawn uniformly per call): the agent model
     # of tau_contention, whose defaults these are.
-    plan_delay_ms: list[float] = Field(default_factory=lambda: [20.0, 120.0], min_length=2, max_length=2)
-
-    @field_validator("plan_delay_ms")
-    @classmethod
-    def _delay(cls, v: list[float]) -> list[float]:
-        if not 0.0 <= v[0] <= v[1] <= 1e9:
-            raise ValueError(f"must be [low, high] with 0 <= low <= high <= 1e9 ms, got {v}")
-        return v
+    plan_delay_ms: DelayRange = Field(default_factory=lambda: [20.0, 120.0])
 
     @model_validator(mode="after")
     def _whole_scopes(self) -> GranularityParams:

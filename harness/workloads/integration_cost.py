@@ -51,7 +51,8 @@ from harness.workloads.loc import (
     reach_lines,
     relative,
 )
-from harness.workloads.retail.data import RetailData, cow_db, load_retail, pending_orders
+from harness.workloads.retail.cow import cow_db
+from harness.workloads.retail.data import RetailData, load_retail, pending_orders
 from harness.workloads.retail.substrate import NOTIFY, RETAIL_TOOLS, RetailStore
 from harness.world.oracle import stale_commits
 from harness.world.substrates import TrialEnv

@@ -36,11 +36,11 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from atomix.effects import AbortSource
 from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
-from harness.workloads.base import Scenario, WorkloadParams
+from harness.workloads.base import DelayRange, Scenario, WorkloadParams
 from harness.workloads.synthetic import TOOLS
 from harness.world.substrates import TrialEnv
 from harness.world.tooling import Delivery
@@ -57,14 +57,7 @@ class SpeculationParams(WorkloadParams):
     branches: int = Field(2, ge=2, le=64)
     # Think time before each call, simulated ms drawn uniformly per call: branches then
     # interleave differently from trial to trial.
-    plan_delay_ms: list[float] = Field(default_factory=lambda: [0.0, 20.0], min_length=2, max_length=2)
-
-    @field_validator("plan_delay_ms")
-    @classmethod
-    def _delay(cls, v: list[float]) -> list[float]:
-        if not 0.0 <= v[0] <= v[1] <= 1e9:
-            raise ValueError(f"must be [low, high] with 0 <= low <= high <= 1e9 ms, got {v}")
-        return v
+    plan_delay_ms: DelayRange = Field(default_factory=lambda: [0.0, 20.0])
 
 
 def _path(i: int) -> str:

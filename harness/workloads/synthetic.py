@@ -10,7 +10,7 @@ Parameters (`params.*` in a config):
 - `agents` (default 1): concurrent agents, one task each (the goal state is known for one).
 - `step_retries` (default 2): how often the agent retries a failed call.
 - `veto_rate` (default 0.0, a probability): the fraction of tasks the agent vetoes right
-  before commit (a pre-commit veto, DESIGN.md §4), drawn per task from the trial's scenario
+  before commit (a pre-commit veto), drawn per task from the trial's scenario
   seed after the plans, so every mode and every fault cell sees the same plans and the same
   vetoes. A vetoed task's goal is that none of its effects remain: its plan is left out of
   the goal state. This is what makes F3 (a compensation fails) measurable: a compensation

@@ -32,7 +32,8 @@ class Boundary:
     ) -> None:
         self.clock = clock
         # Private: a mode reaches the boundary through its context and must never ask the
-        # injector what it decided (DESIGN.md §4); the trial reads its records for the oracle.
+        # injector what it decided (docs/design.md, "What a mode may see"); the trial reads its
+        # records for the oracle.
         self._injector = injector
         self.latency_ms = latency_ms
         self.jitter_ms = jitter_ms

@@ -1,4 +1,4 @@
-"""Seeded fault injection at the tool boundary (DESIGN.md §4, paper Tables 7-9).
+"""Seeded fault injection at the tool boundary (paper Tables 7-9).
 
 A fault is injected between a settlement mechanism (a "mode") and a real substrate, at one of
 two boundary points: a forward tool call (CALL) or a compensation (COMPENSATE). One
@@ -15,12 +15,14 @@ import hashlib
 import json
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from harness.registry import Entry, Registry
 
 T = TypeVar("T")
 
@@ -69,7 +71,8 @@ class Point(StrEnum):
 # applied, then failed) reach every mode as the same `ToolCallFailed`, with the same message
 # and attributes: only the mechanism's own means (idempotency keys honoured by the substrate,
 # reading state back, a before-image) can tell whether the effect landed. The class is in the
-# injector's records, which only the oracle and the tables read.
+# injector's records, which only the oracle and the tables read (docs/design.md, "What a mode
+# may see").
 
 
 def _rebuild_fault(cls: type[ToolFault], args: tuple[Any, ...], state: dict[str, Any]) -> ToolFault:
@@ -153,8 +156,9 @@ class FaultSpec:
     error: type[ToolFault] | None
 
 
-FAULTS: Mapping[FaultClass, FaultSpec] = {
-    spec.name: spec
+#: The one table of fault classes (harness.registry style): a class is one row.
+FAULTS: Registry[FaultSpec] = Registry("fault class", [
+    Entry(str(spec.name), spec, spec.description)
     for spec in (
         FaultSpec(
             FaultClass.F1,
@@ -193,7 +197,7 @@ FAULTS: Mapping[FaultClass, FaultSpec] = {
             error=ToolTimeout,
         ),
     )
-}
+])
 
 
 # --------------------------------------------------------------------------- config

@@ -27,7 +27,9 @@ def _attempt(op: Op) -> tuple[str, int] | None:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The oracle's judgement of one trial. `clean` is exactly DESIGN.md §5's definition."""
+    """The oracle's judgement of one trial. `clean`: the goal reached, and no invariant
+    violation, stale commit, leak, duplicate or unreported residue, with a conflict-serialisable
+    op log (`judge` computes it)."""
 
     goal: bool
     invariant_violations: int

@@ -29,7 +29,8 @@ from typing import Any
 
 from atomix.adapters import FileStore, MailboxSink, OpLog, SQLiteStore
 from atomix.adapters.sqlite import APPLIED_TABLE
-from atomix.scopes import Scope, named_scope
+from atomix.scope_kinds import named_scope
+from atomix.scopes import Scope
 
 #: RAM-backed file systems tried, in order, for throwaway trial directories.
 RAM_DIRS = (Path("/dev/shm"),)

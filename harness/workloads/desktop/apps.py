@@ -20,7 +20,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from atomix.scopes import named_scope
+from atomix.scope_kinds import named_scope
 from harness.world.substrates import TrialEnv
 from harness.world.tooling import Delivery, ToolError
 

@@ -1,12 +1,7 @@
 """The tau2-bench retail domain: data, tools with scope metadata, tasks and goal states."""
 
-from harness.workloads.retail.data import (
-    RetailData,
-    RetailDataError,
-    db_sha256,
-    fresh_db,
-    load_retail,
-)
+from harness.workloads.retail.cow import db_sha256
+from harness.workloads.retail.data import RetailData, RetailDataError, fresh_db, load_retail
 from harness.workloads.retail.tasks import GoalState, goal_db, gold_actions, select_tasks
 from harness.workloads.retail.tools import (
     TOOLS,

@@ -14,7 +14,7 @@ from typing import Any
 
 from atomix.adapters import OpLog
 from atomix.effects import EffectClass
-from harness.workloads.retail.data import db_sha256, fork_db
+from harness.workloads.retail.cow import db_sha256, fork_db
 from harness.workloads.retail.tools import (
     TOOLS,
     RetailTool,

@@ -7,7 +7,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness.workloads.retail.data import RetailData, db_sha256, fresh_db
+from harness.workloads.retail.cow import db_sha256
+from harness.workloads.retail.data import RetailData, fresh_db
 from harness.workloads.retail.tools import TOOLS, RetailToolError, call_tool
 
 __all__ = ["GoalState", "goal_db", "gold_actions", "select_tasks"]
