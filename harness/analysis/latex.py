@@ -19,17 +19,19 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from harness.analysis.report import Table
+from harness.analysis.records import format_value, normalize
+from harness.analysis.table import Table
 
 __all__ = [
     "COLUMN_WIDTH_PT",
     "TEXT_WIDTH_PT",
     "Layout",
+    "choose_layout",
     "compile_tex",
     "estimate_width",
+    "latex_escape",
     "overfull_pt",
     "table_latex",
 ]
@@ -39,7 +41,6 @@ __all__ = [
 COLUMN_WIDTH_PT = 240.0
 TEXT_WIDTH_PT = 500.0
 TABCOLSEP_PT = 4.0
-#: What a not-exercised cell reads in LaTeX (the caption says what it means).
 # Average advance widths (pt) of Computer Modern characters at \small (9 pt) and
 # \scriptsize (7 pt), measured with pdflatex over table-like text (digits, brackets, names).
 _CHAR_PT = {"small": 4.75, "scriptsize": 3.75}
@@ -47,9 +48,33 @@ _CHAR_PT = {"small": 4.75, "scriptsize": 3.75}
 
 def _fmt(v: Any) -> str:
     # numpy scalars from a DataFrame would print as "np.float64(0.1)".
-    from harness.analysis.report import _fmt_value, _norm
+    return format_value(normalize(v))
 
-    return _fmt_value(_norm(v))
+
+_LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "|": r"\textbar{}",
+    "–": "--",
+    "—": "---",
+}
+
+
+def latex_escape(s: str) -> str:
+    """Escape LaTeX specials (``% _ & # $ { } ~ ^ \\``) and map en/em dashes to ``--``/``---``."""
+    out = "".join(_LATEX_SPECIALS.get(ch, ch) for ch in s)
+    # A cell starting with "[" right after "\\" would be read as its optional argument.
+    return "{" + out + "}" if out.startswith("[") else out
 
 
 def estimate_width(columns: Sequence[Sequence[str]], size: Sequence[str] | None = None) -> float:
@@ -183,8 +208,7 @@ def table_latex(table: Table, layout: Layout | None = None) -> str:
     group), a caption stating N and the interval method, and a size chosen to fit (see
     ``choose_layout``; ``layout`` forces one). Guarantees: every text is escaped; the same
     table gives the same bytes."""
-    from harness.analysis.report import latex_escape as esc
-
+    esc = latex_escape
     layout = layout or choose_layout(table)
     grid = _grid(table, layout.grouped)
     title = table.title.rstrip(".")

@@ -18,14 +18,13 @@ Every p-value printed in one comparison is adjusted together by Holm's step-down
 
 A pair is matched on ``(cell_id, seed, trial)``; a trial present under one mode only, or
 with the metric missing, is left out and counted as unmatched. A (cell, mode) whose trials
-did not exercise what the comparison requires (``harness.analysis.report.is_exercised``) is shown
+did not exercise what the comparison requires (``harness.analysis.records.is_exercised``) is shown
 but not tested.
 """
 
 from __future__ import annotations
 
 import csv
-import difflib
 import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,13 +34,11 @@ from typing import Any
 
 from scipy import stats as _sps
 
-from harness.analysis.latex import COLUMN_WIDTH_PT, estimate_width
-from harness.analysis.report import (
-    NOT_EXERCISED_TEXT,
-    latex_escape,
-)
+from harness.analysis.latex import COLUMN_WIDTH_PT, estimate_width, latex_escape
 from harness.analysis.runs import exercised_by_cell
 from harness.analysis.stats import format_pct, mean_ci
+from harness.analysis.table import NOT_EXERCISED_TEXT
+from harness.registry import did_you_mean
 
 __all__ = [
     "FORMATS",
@@ -340,13 +337,13 @@ def paired_compare(
     missing = [m for m in modes if m not in present]
     if missing:
         raise ValueError(
-            f"mode(s) {missing} have no trials in this run{_did_you_mean(missing[0], present)}; "
+            f"mode(s) {missing} have no trials in this run{did_you_mean(missing[0], present)}; "
             f"it has: {present}"
         )
     metrics = sorted({k for r in records for k in r.get("metrics", {})})
     if metric not in metrics:
         raise ValueError(
-            f"unknown metric {metric!r}{_did_you_mean(metric, metrics)}; "
+            f"unknown metric {metric!r}{did_you_mean(metric, metrics)}; "
             f"the records have: {', '.join(metrics)}"
         )
 
@@ -400,11 +397,6 @@ def paired_compare(
     return PairedComparison(
         metric, kind, baseline, modes, cells, rows, confidence, requires, explicit_modes
     )
-
-
-def _did_you_mean(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _pair_stats(

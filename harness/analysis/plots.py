@@ -29,7 +29,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness.analysis.report import Table, TableSpec, _fmt_value, _is_bool, _norm, _sort_key
+from harness.analysis.records import format_value, is_bool, normalize, value_sort_key
+from harness.analysis.table import Table, TableSpec
 
 __all__ = [
     "PANEL_SIZE",
@@ -135,13 +136,13 @@ def _panels(table: Table, inner: str | None) -> list[tuple[str, dict[str, Any]]]
         return [("", {})]
     combos = sorted(
         dict.fromkeys(
-            tuple(_norm(v) for v in t)
+            tuple(normalize(v) for v in t)
             for t in table.data[[f"cell.{p}" for p in others]].itertuples(index=False)
         ),
-        key=lambda t: tuple(_sort_key(v) for v in t),
+        key=lambda t: tuple(value_sort_key(v) for v in t),
     )
     return [
-        (", ".join(f"{p} = {_fmt_value(v)}" for p, v in zip(others, c, strict=True)),
+        (", ".join(f"{p} = {format_value(v)}" for p, v in zip(others, c, strict=True)),
          dict(zip(others, c, strict=True)))
         for c in combos
     ]  # fmt: skip
@@ -150,7 +151,7 @@ def _panels(table: Table, inner: str | None) -> list[tuple[str, dict[str, Any]]]
 def _select(data: Any, fixed: dict[str, Any]) -> Any:
     mask = np.ones(len(data), dtype=bool)
     for p, v in fixed.items():
-        mask &= np.array([_norm(u) == v for u in data[f"cell.{p}"]], dtype=bool)
+        mask &= np.array([normalize(u) == v for u in data[f"cell.{p}"]], dtype=bool)
     return data[mask]
 
 
@@ -247,7 +248,9 @@ def bar_plot(table: Table, out_stem: Path) -> list[Path]:
             sub_all = _select(table.data, fixed)
             groups = list(dict.fromkeys(sub_all["column"].tolist()))
             if inner is not None:
-                names = [_fmt_value(_norm(v)) for v in dict.fromkeys(sub_all[f"cell.{inner}"])]
+                names = [
+                    format_value(normalize(v)) for v in dict.fromkeys(sub_all[f"cell.{inner}"])
+                ]
             else:
                 names = [""]
             x = np.arange(len(groups), dtype=float)
@@ -296,8 +299,8 @@ def line_plot(table: Table, x_param: str, out_stem: Path) -> list[Path]:
             f"x_param {x_param!r} is not a column of table {spec.name!r}: {spec.columns}"
         )
     xcol = f"cell.{x_param}"
-    xs_all = [_norm(v) for v in table.data[xcol].tolist()]
-    if any(v is None or _is_bool(v) or not isinstance(v, int | float) for v in xs_all):
+    xs_all = [normalize(v) for v in table.data[xcol].tolist()]
+    if any(v is None or is_bool(v) or not isinstance(v, int | float) for v in xs_all):
         raise ValueError(f"cell parameter {x_param!r} must be numeric for a line plot")
     scale = _scale(spec)
     data = table.data[(table.data["n"] > 0) & table.data["exercised"].astype(bool)]
@@ -332,7 +335,7 @@ def line_plot(table: Table, x_param: str, out_stem: Path) -> list[Path]:
             if log_x:
                 ax.set_xscale("log")
                 ax.minorticks_off()
-            ax.set_xticks(x_values, [_fmt_value(v) for v in x_values])
+            ax.set_xticks(x_values, [format_value(v) for v in x_values])
             ax.set_xlabel(x_param)
             if title:
                 ax.set_title(title, parse_math=False)  # config text, never mathtext

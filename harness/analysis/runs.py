@@ -7,7 +7,7 @@
 * finding runs (the latest run of each config under a results directory);
 * the `compare` table: modes side by side per cell, each tested against the first;
 * what every mode x cell exercised (`tables/exercised.*`), and no rate or test for a cell
-  whose condition never occurred (DESIGN.md §5: it reads `n/a (not exercised)`).
+  whose condition never occurred (it reads `n/a (not exercised)`).
 
 Everything written here is a pure function of the records and the config, so regenerating
 a report gives byte-identical files.
@@ -22,31 +22,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.report import (
-    EXERCISED_NAME,
-    PlotSpec,
-    Table,
-    TableSpec,
-    bar_plot,
-    build_table,
-    exercised_counts,
-    is_exercised,
-    line_plot,
-    records_frame,
-    write_exercised,
-    write_table,
-)
+from harness.analysis.records import exercised_counts, is_exercised, records_frame
+from harness.analysis.render import EXERCISED_NAME, write_exercised, write_table
+from harness.analysis.report import PlotSpec, draw_plot
+from harness.analysis.table import Table, TableSpec, build_table
 from harness.errors import RunError
-from harness.experiment.config import (
-    ConfigError,
-    ExperimentConfig,
-    PlotModel,
-    TableModel,
-    cell_id,
-    cell_label,
-    expand_cells,
-    validate_config,
-)
+from harness.experiment.cells import cell_id, cell_label, expand_cells
+from harness.experiment.config import ConfigError, ExperimentConfig, validate_config
+from harness.experiment.record import TrialRecord
 from harness.experiment.rundir import (
     DamagedLine,
     foreign_message,
@@ -55,6 +38,7 @@ from harness.experiment.rundir import (
     settle_status,
 )
 from harness.experiment.runner import plan
+from harness.experiment.sections import PlotModel, TableModel
 from harness.experiment.trial import run_trial
 from harness.world.oracle import Verdict
 
@@ -238,7 +222,7 @@ class Run:
     run_dir: Path
     manifest: dict[str, Any]
     config: ExperimentConfig
-    records: list[dict[str, Any]]
+    records: list[TrialRecord]
     damaged: list[DamagedLine] = field(default_factory=list)
 
     @property
@@ -364,12 +348,7 @@ def write_run_report(run: Run) -> Report:
     for p in plot_specs(run.config):
         if p.table not in tables:
             continue  # its table failed and is reported above
-        stem = run.run_dir / "plots" / p.stem
-        if p.kind == "bar":
-            out.paths += bar_plot(tables[p.table], stem)
-        else:
-            assert p.x is not None  # PlotSpec checks it
-            out.paths += line_plot(tables[p.table], p.x, stem)
+        out.paths += draw_plot(tables[p.table], p, run.run_dir / "plots")
     out.main = tables.get(main_table(run.config))
     return out
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.experiment.config import validate_config
+from harness.experiment.record import TrialRecord
 from harness.experiment.runner import plan, read_records
 from harness.experiment.trial import TrialTrace, run_trial
 
@@ -51,7 +52,7 @@ def resolve(run_dir: Path) -> Path:
     raise ShowError(f"{run_dir}: not a run directory (no trials.jsonl) and holds no runs")
 
 
-def records_of(run_dir: Path) -> list[dict[str, Any]]:
+def records_of(run_dir: Path) -> list[TrialRecord]:
     return read_records(run_dir / "trials.jsonl")
 
 

@@ -1,7 +1,8 @@
 """Proportions with exact intervals, two-sample tests and t intervals for the harness.
 
-DESIGN.md §5: proportions are reported with exact two-sided 95% Clopper–Pearson intervals
-(scipy). Everything here is a pure function of its arguments: no randomness, no I/O.
+Proportions are reported with exact two-sided 95% Clopper–Pearson intervals (scipy; see
+docs/design.md, "Measuring"). Everything here is a pure function of its arguments: no
+randomness, no I/O.
 """
 
 from __future__ import annotations

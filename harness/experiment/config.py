@@ -16,63 +16,40 @@ import copy
 import difflib
 import functools
 import hashlib
-import itertools
 import json
-import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
     model_serializer,
-    model_validator,
 )
 
 from harness.agents.policies import AgentConfig
 from harness.errors import ConfigError  # defined there (cheap to import); used here
+from harness.experiment.cells import CELL_LABEL, cell_id, count_cells, expand_cells
+from harness.experiment.paper_section import paper_problems
+from harness.experiment.sections import (
+    DOTTED_KEY,
+    MAX_MS,
+    PaperTableModel,
+    ReportModel,
+    StrictModel,
+    check_dotted_key,
+    check_identifier,
+)
 from harness.experiment.yamlload import MAX_BYTES, YamlInputError, load_yaml
 from harness.modes.base import ModeSettings
+from harness.registry import did_you_mean
 from harness.world.faults import FaultConfig
-
-# A name that becomes a path component (run directories, table and plot files) or a column:
-# plain characters, never "." or ".." (which would leave the results directory).
-IDENTIFIER = re.compile(r"[A-Za-z0-9_.-]{1,100}")
-# A dotted config key, as grid keys, cell keys and --set use them: `faults.rate`.
-DOTTED_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
-
-
-def did_you_mean(word: str, choices: Sequence[str], sep: str = "; ") -> str:
-    """`; did you mean X?` for the closest of `choices` to a mistyped `word`, else ""."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"{sep}did you mean {close[0]}?" if close else ""
-
-
-def check_identifier(value: str, what: str = "a name") -> str:
-    """`value` if it is a plain identifier, else ValueError saying what is allowed."""
-    if not isinstance(value, str) or not IDENTIFIER.fullmatch(value) or value in (".", ".."):
-        raise ValueError(
-            f"{what} must be 1-100 characters of A-Z a-z 0-9 _ . - and not '.' or '..', got {value!r}"
-        )
-    return value
-
-
-def check_dotted_key(key: Any) -> str:
-    """`key` if it is a dotted config key (`faults.rate`), else ValueError."""
-    if not isinstance(key, str) or not DOTTED_KEY.fullmatch(key):
-        raise ValueError(
-            f"{key!r} is not a dotted config key (parts of A-Z a-z 0-9 _ - joined by '.', "
-            "e.g. faults.rate)"
-        )
-    return key
 
 
 @dataclass(frozen=True)
@@ -90,17 +67,7 @@ class SizeLimits:
 DEFAULT_LIMITS = SizeLimits()
 
 
-class _Strict(BaseModel):
-    # NaN and infinities are refused: a NaN passes no comparison and an infinite latency or
-    # time-out never lets a trial end.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-# The longest simulated duration a config may ask for: about 11.6 simulated days.
-MAX_MS = 1e9
-
-
-class SettingsModel(_Strict):
+class SettingsModel(StrictModel):
     """Time-outs and retry bounds shared by every mode (simulated milliseconds)."""
 
     timeout_ms: float = Field(30_000.0, gt=0, le=MAX_MS)
@@ -118,123 +85,14 @@ def _mode_settings(timeout_ms: float, apply_attempts: int, step_retries: int, ba
     return ModeSettings(timeout_ms, apply_attempts, step_retries, backoff_ms)
 
 
-class ToolModel(_Strict):
+class ToolModel(StrictModel):
     """Simulated tool latency per real delivery."""
 
     latency_ms: float = Field(5.0, ge=0, le=MAX_MS)
     jitter_ms: float = Field(2.0, ge=0, le=MAX_MS)
 
 
-# What must have occurred in a cell for it to be a result (else "n/a (not exercised)");
-# None: the default rule of harness.analysis.report.is_exercised.
-Requires = Literal[
-    "faults", "F1", "F2", "F3", "F4", "F5",
-    "aborts", "compensations", "irreversible_calls", "sends", "none",
-]
-
-
-class TableModel(_Strict):
-    name: str
-    metric: str
-    kind: Literal["proportion", "mean", "per_1000", "sum"] = "proportion"
-    columns: list[str] = []
-    rows: str = "mode"
-    title: str = ""
-    method: Literal["clopper-pearson", "wilson"] = "clopper-pearson"
-    requires: Requires | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _plain_name(cls, v: str) -> str:
-        return check_identifier(v, "a table name")
-
-
-class PlotModel(_Strict):
-    table: str
-    kind: Literal["bar", "line"] = "bar"
-    x: str | None = None
-    name: str = ""
-
-    @field_validator("name")
-    @classmethod
-    def _plain_name(cls, v: str) -> str:
-        return check_identifier(v, "a plot name") if v else v  # "": the default <table>-<kind>
-
-
-class ReportModel(_Strict):
-    tables: list[TableModel] = []
-    plots: list[PlotModel] = []
-    main: str | None = None  # the table printed in the terminal; default: the first
-
-
-#: How a paper column is measured on our trials (see configs/README.md, `paper`).
-PAPER_STATS: tuple[str, ...] = ("proportion", "mean", "per_1000", "count", "trials")
-
-
-class PaperRowModel(_Strict):
-    """One paper row as our trials: a mode (omitted: the config's only mode) and the cell
-    parameters (labels or dotted keys, values as the config gives them) that select cells."""
-
-    mode: str | None = None
-    cell: dict[str, Any] = {}
-
-
-class PaperColumnModel(_Strict):
-    """One paper column as a statistic of a metric over the selected trials, or (`of` and
-    `part`) a part of another column of the table (its interval bound or count), shown with
-    it and never judged on its own. Guarantees: exactly one of the two forms."""
-
-    metric: str | None = None
-    stat: Literal["proportion", "mean", "per_1000", "count", "trials"] | None = None
-    cell: dict[str, Any] = {}
-    scale: float = Field(1.0, gt=0, le=1e6)
-    zero: bool = False
-    requires: Requires | None = None
-    of: str | None = None
-    part: Literal["lower", "upper", "half-width", "count"] | None = None
-
-    @model_validator(mode="after")
-    def _one_form(self) -> PaperColumnModel:
-        if self.of is not None or self.part is not None:
-            # By value, not by fields set: a dumped and re-validated config sets them all.
-            extra = sorted(
-                name
-                for name, info in type(self).model_fields.items()
-                if name not in ("of", "part") and getattr(self, name) != info.default
-            )
-            if self.of is None or self.part is None:
-                raise ValueError("`of` and `part` go together (e.g. of: Leak rate, part: lower)")
-            if extra:
-                raise ValueError(f"a part of another column takes only `of` and `part`, not {extra}")
-            return self
-        if self.metric is None or self.stat is None:
-            raise ValueError(
-                f"a column needs `metric` and `stat` (one of {', '.join(PAPER_STATS)}), "
-                "or `of` and `part`"
-            )
-        if self.zero and self.stat not in ("proportion", "count"):
-            raise ValueError("`zero` (count trials whose metric is 0) needs stat proportion or count")
-        if self.scale != 1.0 and self.stat != "mean":
-            raise ValueError("`scale` applies to stat mean only")
-        return self
-
-
-class PaperTableModel(_Strict):
-    """How this config's trials reproduce one of the paper's result tables: paper row label
-    -> our mode (and cells), paper column label -> statistic of our trials, and why the
-    cells it leaves out cannot be compared. `variant` (non-empty) marks a labelled variant
-    of the table's protocol, shown beside the primary reproduction and never instead of it.
-    Checked against harness/paper/paper_cells.csv when the config is loaded (`paper_problems`)."""
-
-    table: int
-    variant: str = ""
-    rows: dict[str, str | PaperRowModel | list[PaperRowModel]] = {}
-    columns: dict[str, PaperColumnModel] = {}
-    requires: Requires | None = None
-    unmapped: dict[str, str] = {}
-
-
-class ExperimentConfig(_Strict):
+class ExperimentConfig(StrictModel):
     """One experiment. See configs/README.md for every key."""
 
     name: str | None = None
@@ -288,7 +146,7 @@ class ExperimentConfig(_Strict):
     @field_validator("modes")
     @classmethod
     def _known_modes(cls, v: list[str]) -> list[str]:
-        from harness.modes.base import modes
+        from harness.modes.registry import modes
 
         known = modes()
         bad = [m for m in v if m not in known]
@@ -538,11 +396,6 @@ def _unprintable(node: Any, loc: str = "") -> list[str]:
     return found
 
 
-def count_cells(config: ExperimentConfig) -> int:
-    """How many cells `expand_cells` would make, without making them."""
-    return len(config.cells or [{}]) * math.prod(len(v) for v in config.grid.values())
-
-
 def check_size(config: ExperimentConfig, limits: SizeLimits, path: str | Path = "<config>") -> None:
     """ConfigError if the config plans more cells or trials than `limits` allow."""
     cells = count_cells(config)
@@ -637,12 +490,29 @@ def _merge_cell_problems(
     return problems
 
 
-def expand_cells(config: ExperimentConfig) -> list[dict[str, Any]]:
-    """The cells: explicit `cells`, each crossed with the `grid` (or the grid alone)."""
-    base = config.cells or [{}]
-    keys = list(config.grid)
-    combos = list(itertools.product(*(config.grid[k] for k in keys))) if keys else [()]
-    return [{**cell, **dict(zip(keys, combo, strict=True))} for cell in base for combo in combos]
+def config_difference(stored: Any, now: Any, at: str = "") -> str | None:
+    """The first key where two dumped configs differ: `trials: 30 in the run, 10 now`."""
+    if isinstance(stored, dict) and isinstance(now, dict):
+        for key in [*stored, *(k for k in now if k not in stored)]:
+            where = f"{at}.{key}" if at else str(key)
+            if key not in now:
+                return f"{where}: {_short_repr(stored[key])} in the run, not set now"
+            if key not in stored:
+                return f"{where}: not in the run, {_short_repr(now[key])} now"
+            found = config_difference(stored[key], now[key], where)
+            if found:
+                return found
+        return None
+    if stored != now or type(stored) is not type(now):
+        return f"{at or '(config)'}: {_short_repr(stored)} in the run, {_short_repr(now)} now"
+    return None
+
+
+def config_hash(config: ExperimentConfig) -> str:
+    # `paper` says how runs compare with the paper, not what they run: editing it must not
+    # orphan a run's records.
+    blob = json.dumps(config.model_dump(mode="json", exclude={"paper"}), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def cell_config(
@@ -670,211 +540,3 @@ def cell_config(
             node = nxt
         node[parts[-1]] = copy.deepcopy(value)
     return ExperimentConfig.model_validate(data)
-
-
-CELL_LABEL = "label"  # a cell key that names the cell instead of overriding a config key
-
-
-def cell_label(config: ExperimentConfig, key: str) -> str:
-    return config.labels.get(key, key)
-
-
-def format_cell(pairs: Iterable[tuple[str, Any]]) -> str:
-    """The one spelling of a cell in text: `fp=0.0,retries=2` (labels, values as written,
-    no spaces). Record keys hold it (as `cell_id`), so table headers, `--set` and messages
-    use it too; changing it would orphan the records of existing runs."""
-    return ",".join(f"{k}={_short(v)}" for k, v in pairs)
-
-
-def cell_id(config: ExperimentConfig, cell: Mapping[str, Any]) -> str:
-    if not cell:
-        return "all"
-    if CELL_LABEL in cell:
-        # A named cell is its label plus the grid keys it was crossed with.
-        shown = {CELL_LABEL: cell[CELL_LABEL], **{k: v for k, v in cell.items() if k in config.grid}}
-        return format_cell((cell_label(config, k), v) for k, v in shown.items())
-    return format_cell((cell_label(config, k), v) for k, v in cell.items())
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, str | int | float | bool):
-        return str(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def config_difference(stored: Any, now: Any, at: str = "") -> str | None:
-    """The first key where two dumped configs differ: `trials: 30 in the run, 10 now`."""
-    if isinstance(stored, dict) and isinstance(now, dict):
-        for key in [*stored, *(k for k in now if k not in stored)]:
-            where = f"{at}.{key}" if at else str(key)
-            if key not in now:
-                return f"{where}: {_short_repr(stored[key])} in the run, not set now"
-            if key not in stored:
-                return f"{where}: not in the run, {_short_repr(now[key])} now"
-            found = config_difference(stored[key], now[key], where)
-            if found:
-                return found
-        return None
-    if stored != now or type(stored) is not type(now):
-        return f"{at or '(config)'}: {_short_repr(stored)} in the run, {_short_repr(now)} now"
-    return None
-
-
-def config_hash(config: ExperimentConfig) -> str:
-    # `paper` says how runs compare with the paper, not what they run: editing it must not
-    # orphan a run's records.
-    blob = json.dumps(config.model_dump(mode="json", exclude={"paper"}), sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def _ranges(numbers: Iterable[int]) -> str:
-    """`1-3, 5-21` for [1, 2, 3, 5, ..., 21]."""
-    spans: list[list[int]] = []
-    for n in sorted(numbers):
-        if spans and spans[-1][1] == n - 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
-
-
-def _cell_values(config: ExperimentConfig) -> tuple[dict[str, list[Any]], dict[str, str]]:
-    """(label -> the values its cells give it, dotted key or label -> label)."""
-    values: dict[str, list[Any]] = {}
-    names: dict[str, str] = {}
-    for cell in expand_cells(config):
-        for key, value in cell.items():
-            label = cell_label(config, key)
-            names[key] = names[label] = label
-            seen = values.setdefault(label, [])
-            if not any(_same_value(v, value) for v in seen):
-                seen.append(value)
-    return values, names
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    return a == b and isinstance(a, bool) == isinstance(b, bool)
-
-
-def _selection_problems(
-    config: ExperimentConfig, selection: Mapping[str, Any], where: str
-) -> list[str]:
-    values, names = _cell_values(config)
-    problems = []
-    for key, value in selection.items():
-        label = names.get(key)
-        if label is None:
-            allowed = sorted(values)
-            hint = did_you_mean(key, allowed)
-            problems.append(
-                f"{where}.cell.{key}: not a cell parameter of this config{hint}; allowed: {allowed}"
-            )
-        elif not any(_same_value(v, value) for v in values[label]):
-            problems.append(
-                f"{where}.cell.{key}: {value!r} is not a value of {label} in this config; "
-                f"its values: {values[label]}"
-            )
-    return problems
-
-
-def paper_problems(config: ExperimentConfig, against_config: bool = True) -> list[str]:
-    """What is wrong with the `paper` section, one line per problem naming its key ([] if
-    nothing): tables, rows and columns must be the paper's (harness/paper/paper_cells.csv), a
-    column that is a part of another (`... / 95% CI lower`) is not mapped on its own, `of`
-    names a mapped column, `unmapped` names rows or columns that are not mapped, and a
-    `count` needs the paper's N. With `against_config`, the modes and cell parameters the
-    section names must also be this config's (skipped for a run whose modes or cells an
-    override narrowed)."""
-    from harness.paper.cells import cells_by_table, split_part
-
-    by_table = cells_by_table()
-    problems: list[str] = []
-    seen: dict[tuple[int, bool], int] = {}
-    for i, entry in enumerate(config.paper):
-        at = f"paper.{i}"
-        cells = by_table.get(entry.table)
-        if cells is None:
-            hint = did_you_mean(str(entry.table), [str(t) for t in by_table])
-            problems.append(
-                f"{at}.table: {entry.table} is not a result table of the paper{hint}; "
-                f"allowed: {_ranges(by_table)}"
-            )
-            continue
-        key = (entry.table, bool(entry.variant))
-        if key in seen:
-            problems.append(
-                f"{at}.table: Table {entry.table} is mapped twice here (also paper.{seen[key]}); "
-                "put its rows and columns in one entry"
-            )
-        seen.setdefault(key, i)
-        rows = list(dict.fromkeys(c.row for c in cells))
-        columns = list(dict.fromkeys(c.column for c in cells))
-        # Table 16 prints one row label for several rows (one per cf_p).
-        repeats = {
-            r: max(sum(1 for c in cells if c.row == r and c.column == col) for col in columns)
-            for r in rows
-        }
-        for label, target in entry.rows.items():
-            where = f"{at}.rows.{label}"
-            if label not in rows:
-                problems.append(
-                    f"{where}: not a row of Table {entry.table}{did_you_mean(label, rows)}; "
-                    f"its rows: {rows}"
-                )
-                continue
-            targets = target if isinstance(target, list) else [target]
-            if isinstance(target, list) and not 1 <= len(target) <= repeats[label]:
-                problems.append(
-                    f"{where}: Table {entry.table} prints row {label!r} {repeats[label]} time(s); "
-                    f"give 1 to {repeats[label]} targets, in the paper's order (got {len(target)})"
-                )
-            if not against_config:
-                continue
-            for j, tg in enumerate(targets):
-                here = f"{where}.{j}" if isinstance(target, list) else where
-                mode = tg if isinstance(tg, str) else tg.mode
-                if mode is None and len(config.modes) != 1:
-                    problems.append(f"{here}.mode: required, the config runs {len(config.modes)} modes")
-                elif mode is not None and mode not in config.modes:
-                    hint = did_you_mean(mode, config.modes)
-                    problems.append(
-                        f"{here}: mode {mode!r} is not run by this config{hint}; its modes: "
-                        f"{', '.join(config.modes)}"
-                    )
-                if isinstance(tg, PaperRowModel):
-                    problems += _selection_problems(config, tg.cell, here)
-        for label, column in entry.columns.items():
-            where = f"{at}.columns.{label}"
-            if label not in columns:
-                problems.append(
-                    f"{where}: not a column of Table {entry.table}{did_you_mean(label, columns)}; "
-                    f"its columns: {columns}"
-                )
-                continue
-            base, part = split_part(label)
-            if part is not None and base in columns:
-                problems.append(
-                    f"{where}: the {part} of column {base!r}, shown with it; map {base!r} instead"
-                )
-            if column.of is not None:
-                target = entry.columns.get(column.of)
-                if target is None or target.of is not None:
-                    problems.append(
-                        f"{where}.of: {column.of!r} is not a column this entry maps with a metric"
-                    )
-                continue
-            if column.stat == "count" and any(c.n is None for c in cells if c.column == label):
-                problems.append(
-                    f"{where}.stat: count needs the paper's N, which Table {entry.table} does not "
-                    "state for this column; use proportion, or leave the column unmapped"
-                )
-            if against_config:
-                problems += _selection_problems(config, column.cell, where)
-        for label in entry.unmapped:
-            where = f"{at}.unmapped.{label}"
-            if label not in rows and label not in columns:
-                hint = did_you_mean(label, [*rows, *columns])
-                problems.append(f"{where}: not a row or column of Table {entry.table}{hint}")
-            elif label in entry.rows or label in entry.columns:
-                problems.append(f"{where}: is mapped too; a label is mapped or unmapped, not both")
-    return problems

@@ -1,4 +1,4 @@
-"""The paper's result-table cells as data (``harness/paper/paper_cells.csv``).
+"""The paper's result-table cells as data (``harness/experiment/paper_cells.csv``).
 
 One CSV row per numeric cell of the paper's result tables 1-3 and 5-21 (Table 4 is the
 adapter/idempotency-key specification and holds no results; Tables 22-23 are capability

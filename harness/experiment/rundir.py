@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import RunError
+from harness.experiment.record import TrialRecord
 
 try:
     import fcntl
@@ -366,7 +367,7 @@ class Records:
     """What trials.jsonl holds: whole records (first of each key), damaged lines, records of
     another config, and whether the last line was torn (a crash mid-write)."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[TrialRecord] = field(default_factory=list)
     damaged: list[DamagedLine] = field(default_factory=list)
     foreign: list[ForeignRecord] = field(default_factory=list)
     torn_tail: bool = False

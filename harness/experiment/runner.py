@@ -28,17 +28,11 @@ from typing import Any
 
 from atomix.adapters.oplog import truncate_torn_tail
 from harness.errors import RunError  # defined there (cheap to import); used here
-from harness.experiment.config import (
-    ExperimentConfig,
-    cell_config,
-    cell_id,
-    cell_label,
-    config_difference,
-    config_hash,
-    expand_cells,
-)
+from harness.experiment.cells import cell_id, cell_label, expand_cells
+from harness.experiment.config import ExperimentConfig, cell_config, config_difference, config_hash
 from harness.experiment.executors import DEFAULT_EXECUTOR, Executor, ExecutorOptions, open_executor
 from harness.experiment.interrupts import SignalGuard
+from harness.experiment.record import TrialRecord
 from harness.experiment.rundir import (
     MANIFEST,
     TRIALS,
@@ -161,7 +155,7 @@ def _make_run_dir(config: ExperimentConfig, out: Path | None) -> Path:
     raise RunError(f"{candidate}: cannot find a free run directory name")
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
+def read_records(path: Path) -> list[TrialRecord]:
     """The whole trial records of a trials file: a torn final line, damaged lines and repeated
     keys are left out (`harness.experiment.rundir.scan_records` says which and why)."""
     return scan_records(path).records

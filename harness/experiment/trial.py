@@ -14,12 +14,14 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from harness.agents.loops import make_loop
 from harness.agents.policies import AgentConfig
 from harness.agents.task import AgentOutcome
-from harness.modes.base import AgentContext, ModeSettings, get_mode
+from harness.experiment.record import AgentRecord, Exercised, FaultRecord, Metrics, TrialRecord
+from harness.modes.base import AgentContext, ModeSettings
+from harness.modes.registry import get_mode
 from harness.workloads import get_workload
 from harness.world import faults
 from harness.world.boundary import Boundary
@@ -79,8 +81,9 @@ def exercised(
     outcomes: Sequence[AgentOutcome],
     ops: Sequence[Any],
     messages: Sequence[Any],
-) -> dict[str, Any]:
-    """What a trial exercised: the conditions its cell's tables may be about (DESIGN.md §5).
+) -> Exercised:
+    """What a trial exercised: the conditions its cell's tables may be about (docs/design.md,
+    "Measuring").
 
     Counts of injected faults per class (all five, zeros included) and in total; aborts
     summed over agents; compensations (undo deliveries in the op log, so a compensation
@@ -92,7 +95,7 @@ def exercised(
     per_class = {str(c): 0 for c in faults.FaultClass}
     for record in fault_records:
         per_class[str(record["fault"])] += 1
-    return {
+    return Exercised(**{
         "faults": per_class,
         "faults_total": len(fault_records),
         "aborts": sum(len(o.aborts) for o in outcomes),
@@ -101,7 +104,7 @@ def exercised(
         "sends": len(messages),
         "fault_classes": [str(c) for c, w in config.classes.items() if w > 0],
         "faults_armed": config.marginal_rate() > 0,
-    }
+    })
 
 
 @dataclass(frozen=True)
@@ -117,9 +120,9 @@ class TrialTrace:
 
 def run_trial(
     spec: TrialSpec, *, workdir: Path | None = None, trace: list[TrialTrace] | None = None
-) -> dict[str, Any]:
-    """Run one trial and return its record (JSON-ready); with `trace`, also append what it
-    did below the shims."""
+) -> TrialRecord:
+    """Run one trial and return its record (JSON-ready, see `harness.experiment.record`);
+    with `trace`, also append what it did below the shims."""
     wall = time.perf_counter()
     workload = get_workload(spec.workload)
     # The scenario depends on the trial, not the mode or the fault cell: same tasks for all.
@@ -200,27 +203,29 @@ def run_trial(
             **(scenario.metrics(env, outcomes) if scenario.metrics is not None else {}),
         }
         metrics.update(loop.metrics(outcomes))
-        return {
-            "key": spec.key,
-            "config": spec.config,
-            "workload": spec.workload,
-            "mode": spec.mode,
-            "cell_id": spec.cell_id,
-            "cell": dict(spec.cell),
-            "trial": spec.trial,
-            "seed": spec.seed,
-            "faults": fault_records,
-            "metrics": metrics,
-            "exercised": exercised(spec.faults, fault_records, outcomes, ops, messages),
-            "agents": [
-                {"agent": o.agent, "task": o.task_id, "committed": o.committed, "attempts": o.attempts,
-                 "aborts": o.aborts, "failure": o.failure, "blocked_ms": o.blocked_ms,
-                 "steps": o.steps, "reactions": o.reactions,
-                 **loop.record(o)}
+        return TrialRecord(
+            key=spec.key,
+            config=spec.config,
+            workload=spec.workload,
+            mode=spec.mode,
+            cell_id=spec.cell_id,
+            cell=dict(spec.cell),
+            trial=spec.trial,
+            seed=spec.seed,
+            faults=cast(list[FaultRecord], fault_records),
+            metrics=cast(Metrics, metrics),
+            exercised=exercised(spec.faults, fault_records, outcomes, ops, messages),
+            agents=[
+                cast(AgentRecord, {
+                    "agent": o.agent, "task": o.task_id, "committed": o.committed,
+                    "attempts": o.attempts, "aborts": o.aborts, "failure": o.failure,
+                    "blocked_ms": o.blocked_ms, "steps": o.steps, "reactions": o.reactions,
+                    **loop.record(o),
+                })
                 for o in outcomes
             ],
-            "final": scenario.final(env) if scenario.final is not None else {},
-            "timings": {"wall_s": time.perf_counter() - wall, **loop.timings(outcomes)},
-        }
+            final=scenario.final(env) if scenario.final is not None else {},
+            timings={"wall_s": time.perf_counter() - wall, **loop.timings(outcomes)},
+        )
     finally:
         env.close()

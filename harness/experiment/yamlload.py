@@ -148,8 +148,10 @@ class _Bounds(Composer):
         seen[ident] = _where(key)
 
 
-# libyaml's C parser (when PyYAML has it) makes the events ~10x faster than the Python one;
-# composing stays in Python, above, so the bounds apply either way.
+# libyaml's C parser (when PyYAML has it) makes the events much faster than the Python one
+# (`python -m timeit -s "import yaml; t = open('configs/tau_stress.yaml').read()"
+# "list(yaml.parse(t, Loader=yaml.CSafeLoader))"`, then with `yaml.SafeLoader`, compares
+# them); composing stays in Python, above, so the bounds apply either way.
 try:
     from yaml._yaml import CParser as _Parser
 except ImportError:  # PyYAML built without libyaml

@@ -1,0 +1,441 @@
+"""The table model: one metric of a records frame aggregated into a :class:`Table`.
+
+``build_table`` aggregates one metric of ``records_frame`` over rows (modes, by default) x
+combinations of cell parameters into a long form (numbers, intervals, N, what each cell
+exercised) and a wide form of display strings; the renderers (``render``, ``latex``,
+``plots``) only read a Table.
+
+A condition that never occurred is not a result: a table cell whose trials never exercised
+what the table measures (``TableSpec.requires``; by default, a cell configured to inject
+faults that injected none) reads ``n/a (not exercised)``, has ``exercised`` false and no
+value, and is left out of plots.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from harness.analysis.records import (
+    EXERCISED_COUNTS,
+    REQUIRES,
+    REQUIRES_TEXT,
+    exercised_counts,
+    format_value,
+    is_bool,
+    is_exercised,
+    normalize,
+    value_sort_key,
+)
+from harness.analysis.stats import (
+    INTERVAL_METHODS,
+    METHOD_LABELS,
+    interval,
+    mean_ci,
+    poisson_interval,
+)
+
+__all__ = [
+    "KINDS",
+    "NAME_RE",
+    "NA_TEXT",
+    "NOT_EXERCISED_TEXT",
+    "Table",
+    "TableSpec",
+    "build_table",
+]
+
+KINDS: tuple[str, ...] = ("proportion", "mean", "per_1000", "sum")
+NA_TEXT = "n/a"
+NOT_EXERCISED_TEXT = "n/a (not exercised)"
+#: What a table or plot name must look like: it becomes a file stem.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """What one table aggregates. Validated on construction (kind, method, confidence).
+
+    ``columns`` are cell parameters that become columns; ``rows`` is a record column
+    (default ``mode``) or a cell parameter. ``row_order`` lists rows to put first.
+    ``requires`` names what must have occurred in a cell's trials for the cell to be a
+    result (one of ``REQUIRES``; see :func:`is_exercised`).
+    """
+
+    name: str
+    metric: str
+    kind: str  # "proportion" | "mean" | "per_1000" | "sum"
+    columns: tuple[str, ...] = ()
+    rows: str = "mode"
+    title: str = ""
+    method: str = "clopper-pearson"
+    row_order: tuple[str, ...] = ()
+    confidence: float = 0.95
+    requires: str | None = None
+    #: The cell parameters in the order cell ids name them: a column header lists its
+    #: parameters in this order, so it reads exactly as the records' cell_id.
+    label_order: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not NAME_RE.match(self.name):
+            raise ValueError(f"table name {self.name!r} must match {NAME_RE.pattern}")
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown table kind {self.kind!r}; allowed: {', '.join(KINDS)}")
+        if self.method not in INTERVAL_METHODS:
+            allowed = ", ".join(sorted(INTERVAL_METHODS))
+            raise ValueError(f"unknown interval method {self.method!r}; allowed: {allowed}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
+        if self.rows in self.columns:
+            raise ValueError(f"{self.rows!r} cannot be both the rows and a column")
+        if len(set(self.columns)) != len(self.columns):
+            raise ValueError(f"repeated column parameter in {self.columns!r}")
+        if self.requires is not None and self.requires not in REQUIRES:
+            raise ValueError(
+                f"requires: unknown requirement {self.requires!r}; allowed: {', '.join(REQUIRES)}"
+            )
+
+
+@dataclass
+class Table:
+    """An aggregated table: ``data`` (long form) and ``display`` (wide form of strings).
+
+    ``data`` has one row per (row, column) cell of the full grid, including cells with no
+    trials (n == 0), with columns ``row, column, cell.<param>..., n, total, value, lo, hi,
+    method, text, exercised, requires``, then the cell's summed ``EXERCISED_COUNTS``
+    (``faults_F1`` ... ``sends``; empty where the records do not say). ``total`` is
+    successes (proportion) or the metric's sum; ``value``, ``lo``, ``hi`` are fractions for
+    proportions, per-1,000 rates for per_1000, raw units for mean, and the total (no
+    interval, lo/hi NaN) for sum. A cell that was not exercised (``exercised`` false, with
+    trials) has NaN value/lo/hi and the text ``n/a (not exercised)``; ``requires`` is the
+    requirement applied (``default`` when the spec names none). ``display`` has the row
+    labels as index (named ``spec.rows``) and the column labels as columns, in order.
+    """
+
+    spec: TableSpec
+    data: pd.DataFrame
+    display: pd.DataFrame
+
+    @property
+    def title(self) -> str:
+        """The spec's title, else its name."""
+        return self.spec.title or self.spec.name
+
+    def n_by_cell(self) -> dict[tuple[str, str], int]:
+        """N for every (row label, column label)."""
+        return {
+            (r, c): int(n)
+            for r, c, n in zip(self.data["row"], self.data["column"], self.data["n"], strict=True)
+        }
+
+    @property
+    def n_text(self) -> str:
+        """Text like ``N = 30 per cell``; N is stated per column or per cell if it varies."""
+        return _n_text(self)
+
+    @property
+    def not_exercised(self) -> list[tuple[str, str]]:
+        """(row label, column label) of every cell with trials that was not exercised."""
+        d = self.data
+        mask = (d["n"] > 0) & ~d["exercised"].astype(bool)
+        return list(zip(d.loc[mask, "row"], d.loc[mask, "column"], strict=True))
+
+    @property
+    def exercised_note(self) -> str:
+        """What an ``n/a (not exercised)`` cell means, or "" when the table has none."""
+        if not self.not_exercised:
+            return ""
+        return f" {NOT_EXERCISED_TEXT}: {REQUIRES_TEXT[self.spec.requires]}; no rate is claimed."
+
+    @property
+    def footer(self) -> str:
+        """N per cell plus what the cells and intervals are."""
+        return f"{self.n_text}; {_method_text(self)}{self.exercised_note}"
+
+    @property
+    def plot_note(self) -> str:
+        """Footnote for plots: N per cell plus what the bars/points and intervals are."""
+        # Plots have room for about two lines; the full per-cell N is in the CSV.
+        note = f"{_n_text(self, max_chars=160)}; {_method_text(self, plot=True)}"
+        if self.not_exercised:
+            note += f" Cells not exercised ({REQUIRES_TEXT[self.spec.requires]}) are not drawn."
+        return note
+
+
+def _resolve(df: pd.DataFrame, name: str, prefer_cell: bool) -> str:
+    candidates = [f"cell.{name}", name] if prefer_cell else [name, f"cell.{name}"]
+    for c in candidates:
+        if c in df.columns:
+            return c
+    params = sorted(c.removeprefix("cell.") for c in df.columns if c.startswith("cell."))
+    raise ValueError(f"no record column or cell parameter {name!r}; cell parameters: {params}")
+
+
+def _as_binary(values: list[Any], metric: str) -> list[int]:
+    out: list[int] = []
+    for v in values:
+        if is_bool(v) or (isinstance(v, int | float) and v in (0, 1)):
+            out.append(int(v))
+        else:
+            raise ValueError(
+                f"metric {metric!r} has non-boolean value {v!r}; "
+                "use kind 'per_1000', 'sum' or 'mean' for counts"
+            )
+    return out
+
+
+def _as_counts(values: list[Any], metric: str) -> list[int]:
+    out: list[int] = []
+    for v in values:
+        if not isinstance(v, int | float) or v < 0 or not float(v).is_integer():
+            raise ValueError(f"metric {metric!r} must be a non-negative count, got {v!r}")
+        out.append(int(v))
+    return out
+
+
+def _fmt_number(v: float, decimals: int) -> str:
+    """Fixed decimals, but never print a non-zero value as zero."""
+    if math.isnan(v):
+        return NA_TEXT
+    d = decimals
+    text = f"{v:.{d}f}"
+    while v != 0 and float(text) == 0 and d < 12:
+        d += 1
+        text = f"{v:.{d}f}"
+    # Only an exact zero gets here with float(text) == 0; do not print it as "-0.00".
+    return text.lstrip("-") if float(text) == 0 else text
+
+
+def _fmt_mean(m: float) -> str:
+    return _fmt_number(m, 2 if abs(m) < 10 else 1)
+
+
+def _fmt_rate(v: float) -> str:
+    if math.isnan(v):
+        return NA_TEXT
+    if float(v).is_integer():
+        return str(int(v))
+    return _fmt_number(v, 0 if abs(v) >= 100 else 1)
+
+
+def _cell(spec: TableSpec, values: list[Any], bool_metric: bool) -> dict[str, Any]:
+    """Aggregate one cell's metric values (missing values already dropped)."""
+    n = len(values)
+    conf = spec.confidence
+    if spec.kind == "proportion":
+        k = sum(_as_binary(values, spec.metric))
+        p = interval(k, n, spec.method, conf)
+        return dict(n=n, total=k, value=p.rate, lo=p.lo, hi=p.hi, method=spec.method, text=p.pct())
+    if spec.kind == "mean":
+        xs = [float(v) for v in values]
+        m, lo, hi = mean_ci(xs, conf)
+        return dict(n=n, total=math.fsum(xs), value=m, lo=lo, hi=hi, method="t", text=_fmt_mean(m))
+    if spec.kind == "per_1000":
+        if bool_metric:
+            k = sum(_as_binary(values, spec.metric))
+            p = interval(k, n, spec.method, conf)
+            lo, hi, method = 1000 * p.lo, 1000 * p.hi, spec.method
+        else:
+            # Counts can exceed 1 per trial, so a binomial interval does not apply.
+            k = sum(_as_counts(values, spec.metric))
+            c_lo, c_hi = poisson_interval(k, conf)
+            lo, hi, method = 1000 * c_lo / max(n, 1), 1000 * c_hi / max(n, 1), "poisson-exact"
+        value = 1000 * k / n if n else math.nan
+        if n == 0:
+            lo = hi = math.nan  # no trials: no rate and no interval to claim
+        return dict(n=n, total=k, value=value, lo=lo, hi=hi, method=method, text=_fmt_rate(value))
+    # sum: raw totals, no interval claimed.
+    if bool_metric:
+        total: float | int = sum(_as_binary(values, spec.metric))
+    else:
+        xs = [float(v) for v in values]
+        total = math.fsum(xs)
+        if all(x.is_integer() for x in xs):
+            total = int(total)
+    total_text = str(total) if isinstance(total, int) else _fmt_mean(total)
+    return dict(
+        n=n,
+        total=total,
+        value=float(total),
+        lo=math.nan,
+        hi=math.nan,
+        method="",
+        text=f"{total_text}/{n}",
+    )
+
+
+def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
+    """Aggregate ``m.<spec.metric>`` over rows x column-parameter combinations.
+
+    Every (row, column) pair of the grid appears in ``data``; one with no trials has
+    n == 0 and shows ``n/a``; one whose trials did not exercise ``spec.requires`` (see
+    :func:`is_exercised`) shows ``n/a (not exercised)`` and has no value. Missing metric
+    values (NaN/None) are not counted in N.
+    Rows: ``spec.row_order`` first (those present), then the rest sorted; columns sorted
+    by parameter values (numbers numerically).
+    """
+    metric_col = f"m.{spec.metric}"
+    if metric_col not in df.columns:
+        metrics = sorted(c.removeprefix("m.") for c in df.columns if c.startswith("m."))
+        raise ValueError(f"no metric {spec.metric!r} in records; metrics: {metrics}")
+    row_col = _resolve(df, spec.rows, prefer_cell=False)
+    col_cols = [_resolve(df, p, prefer_cell=True) for p in spec.columns]
+
+    row_vals = [normalize(v) for v in df[row_col].tolist()]
+    if col_cols:
+        combos = list(zip(*[[normalize(v) for v in df[c].tolist()] for c in col_cols], strict=True))
+    else:
+        combos = [()] * len(df)
+    metric_vals = [normalize(v) for v in df[metric_col].tolist()]
+    present = [v for v in metric_vals if v is not None]
+    # Decide bool-ness per table, not per cell, so every cell uses the same interval method.
+    bool_metric = bool(present) and all(is_bool(v) for v in present)
+
+    groups: dict[tuple[Any, tuple[Any, ...]], list[Any]] = {}
+    members: dict[tuple[Any, tuple[Any, ...]], list[int]] = {}
+    for i, (r, c, v) in enumerate(zip(row_vals, combos, metric_vals, strict=True)):
+        bucket = groups.setdefault((r, c), [])
+        members.setdefault((r, c), []).append(i)
+        if v is not None:
+            bucket.append(v)
+
+    unique_rows = list(dict.fromkeys(row_vals))
+    by_label = {format_value(r): r for r in unique_rows}
+    first = [by_label[lbl] for lbl in dict.fromkeys(spec.row_order) if lbl in by_label]
+    rest = sorted((r for r in unique_rows if r not in first), key=value_sort_key)
+    row_keys = first + rest
+    col_keys = sorted(dict.fromkeys(combos), key=lambda c: tuple(value_sort_key(v) for v in c))
+
+    def col_label(combo: tuple[Any, ...]) -> str:
+        if not spec.columns:
+            return spec.metric
+        from harness.experiment.cells import format_cell  # the one spelling of a cell (as cell_id)
+
+        pairs = list(zip(spec.columns, combo, strict=True))
+        rank = {p: i for i, p in enumerate(spec.label_order)}
+        pairs.sort(key=lambda pv: rank.get(pv[0], len(rank)))
+        return format_cell(pairs)
+
+    row_labels = [format_value(r) for r in row_keys]
+    col_labels = [col_label(c) for c in col_keys]
+    long_rows: list[dict[str, Any]] = []
+    matrix: list[list[str]] = []
+    for r, r_label in zip(row_keys, row_labels, strict=True):
+        texts: list[str] = []
+        for c, c_label in zip(col_keys, col_labels, strict=True):
+            cell = _cell(spec, groups.get((r, c), []), bool_metric)
+            index = members.get((r, c), [])
+            counts = exercised_counts(df, index)
+            exercised = bool(index) and is_exercised(counts, spec.requires)
+            if cell["n"] == 0:
+                cell["text"] = NA_TEXT
+            elif not exercised:
+                # A condition that never occurred is not a result: no value, no interval.
+                cell.update(value=math.nan, lo=math.nan, hi=math.nan, text=NOT_EXERCISED_TEXT)
+            params = {f"cell.{p}": v for p, v in zip(spec.columns, c, strict=True)}
+            long_rows.append(
+                {
+                    "row": r_label,
+                    "column": c_label,
+                    **params,
+                    **cell,
+                    "exercised": exercised,
+                    "requires": spec.requires or "default",
+                    **{name: counts[name] for name in EXERCISED_COUNTS},
+                }
+            )
+            texts.append(cell["text"])
+        matrix.append(texts)
+
+    cols = [
+        "row",
+        "column",
+        *(f"cell.{p}" for p in spec.columns),
+        "n",
+        "total",
+        "value",
+        "lo",
+        "hi",
+        "method",
+        "text",
+        "exercised",
+        "requires",
+        *EXERCISED_COUNTS,
+    ]
+    data = pd.DataFrame(long_rows, columns=cols)
+    for name in EXERCISED_COUNTS:  # object dtype: counts stay ints, unknown stays None
+        data[name] = pd.Series([row[name] for row in long_rows], index=data.index, dtype=object)
+    display = pd.DataFrame(
+        matrix, index=pd.Index(row_labels, name=spec.rows), columns=col_labels, dtype=object
+    )
+    return Table(spec=spec, data=data, display=display)
+
+
+def _n_text(table: Table, max_chars: int | None = None) -> str:
+    """Paper-style N statement; every cell's N can be read off it.
+
+    Uniform: "N = 30 per cell". Otherwise N is stated per column, per row or per cell,
+    whichever is constant, as the most common N plus exceptions ("N = 30 per cell except 10
+    (fp=0)") or, when no N is in the majority, as a full list. With ``max_chars`` a longer
+    statement is replaced by the range of N and a pointer to the CSV (for plot footnotes).
+    """
+    d = table.data
+    nonzero = d[d["n"] > 0]
+    if nonzero.empty:
+        return "no trials"
+    suffix = f" ({NA_TEXT}: no trials)" if (d["n"] == 0).any() else ""
+    ns = sorted(set(nonzero["n"].tolist()))
+    if len(ns) == 1:
+        return f"N = {ns[0]} per cell{suffix}"
+    groups: dict[str, int] | None = None
+    for key in ("column", "row"):
+        per = nonzero.groupby(key, sort=False)["n"].unique()
+        if all(len(v) == 1 for v in per):
+            groups = {str(k): int(v[0]) for k, v in per.items()}
+            break
+    if groups is None:
+        groups = {
+            f"{r}, {c}": int(n)
+            for r, c, n in zip(nonzero["row"], nonzero["column"], nonzero["n"], strict=True)
+        }
+    counts = pd.Series(list(groups.values())).value_counts()
+    # Most common N; ties go to the larger N so the exceptions are the smaller cells.
+    common = max(counts.index, key=lambda n: (counts[n], n))
+    if 2 * counts[common] > len(groups):
+        parts = ", ".join(f"{n} ({g})" for g, n in groups.items() if n != common)
+        text = f"N = {common} per cell except {parts}{suffix}"
+    else:
+        parts = ", ".join(f"{n} ({g})" for g, n in groups.items())
+        text = f"N = {parts} per cell{suffix}"
+    if max_chars is not None and len(text) > max_chars:
+        text = f"N = {ns[0]}–{ns[-1]} per cell (per-cell N in the table's CSV){suffix}"
+    return text
+
+
+def _conf_pct(conf: float) -> str:
+    return f"{100 * conf:.10g}%"
+
+
+def _method_text(table: Table, plot: bool = False) -> str:
+    spec = table.spec
+    conf = _conf_pct(spec.confidence)
+    methods = [m for m in dict.fromkeys(table.data["method"].tolist()) if m]
+    label = ", ".join(METHOD_LABELS.get(m, m) for m in methods)
+    if spec.kind == "proportion":
+        if plot:
+            return f"percent with {conf} {label} intervals."
+        return f"{conf} {label} intervals. Values are percentages."
+    what = {
+        "mean": f"means of {spec.metric}",
+        "per_1000": f"{spec.metric} per 1,000 trials",
+        "sum": f"total {spec.metric}",
+    }[spec.kind]
+    if spec.kind == "sum":
+        return f"{what} (no interval)." if plot else f"cells are {what} / N (no interval)."
+    if plot:
+        return f"{what} with {conf} {label} intervals."
+    return f"cells are {what}; {conf} {label} intervals in the CSV."

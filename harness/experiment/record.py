@@ -1,0 +1,141 @@
+"""The trial record: one JSON line of trials.jsonl per (config, mode, cell, trial).
+
+`run_trial` writes it, the runner adds `config_hash`, and every reader (reports, paired
+comparisons, `atomix show`, the paper's reproduction) reads it. This module is its one
+definition; `docs/trial-record.schema.json` is its JSON Schema, generated from these types by
+`python -m harness.experiment.record` (a test checks that the committed file is current).
+
+Everything in a record is a function of (config, mode, cell, trial, seed) except `timings`,
+which holds wall-clock measurements: two runs of one config give records that are equal once
+`timings` is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, NotRequired
+
+# typing_extensions: pydantic reads TypedDicts for the JSON Schema only from it before 3.12.
+from typing_extensions import TypedDict
+
+__all__ = [
+    "AgentRecord",
+    "Exercised",
+    "FaultRecord",
+    "Metrics",
+    "TrialRecord",
+    "json_schema",
+]
+
+
+class FaultRecord(TypedDict):
+    """One injected fault, read by the oracle and the tables only (never by a mode)."""
+
+    index: int  # ordinal among every event the injector decided, faulted or not
+    point: str  # "call" or "compensate"
+    site: str
+    fault: str  # the fault class, F1..F5
+    occurrence: int  # how many times this (point, site) had been asked before
+    meta: dict[str, Any]
+
+
+class Metrics(TypedDict):
+    """The oracle's verdict and the counts every workload has. A workload may add measures
+    of its own (e.g. `integration_loc`), and an agent kind its own (e.g. token counts)."""
+
+    goal: bool
+    invariant_violations: int
+    stale_commits: int
+    duplicates: int
+    leaks: int
+    residue: int
+    unclassified_residue: int
+    serialisable: bool
+    clean: bool
+    residue_free: bool
+    reported_residue: int
+    residue_mismatch: bool
+    leaked: bool
+    committed: int
+    agents: int
+    attempts: int
+    steps: int
+    budget_exhausted: int
+    aborts: int
+    wait_ms: float  # mean simulated ms an agent was blocked
+    blocked: float  # fraction of agents that were blocked at all
+    makespan_ms: float  # simulated
+    stuck: int
+
+
+class Exercised(TypedDict):
+    """What the trial exercised, so that a table can say `n/a (not exercised)`."""
+
+    faults: dict[str, int]  # per class, all five, zeros included
+    faults_total: int
+    aborts: int
+    compensations: int
+    irreversible_calls: int
+    sends: int
+    fault_classes: list[str]  # the classes the cell asked for
+    faults_armed: bool  # the cell's fault rate is above zero
+
+
+class AgentRecord(TypedDict):
+    """One agent of the trial. An LLM agent adds its conversation, tool calls and usage."""
+
+    agent: str
+    task: str
+    committed: bool
+    attempts: int
+    aborts: list[Any]
+    failure: str | None
+    blocked_ms: float
+    steps: int
+    reactions: list[Any]
+
+
+class TrialRecord(TypedDict):
+    """One trial: what ran, what the oracle found, what it exercised, what each agent did."""
+
+    key: str  # config/mode/cell_id/trial: unique within a run
+    config: str
+    workload: str
+    mode: str
+    cell_id: str
+    cell: dict[str, Any]
+    trial: int
+    seed: int
+    faults: list[FaultRecord]
+    metrics: Metrics
+    exercised: Exercised
+    agents: list[AgentRecord]
+    final: dict[str, Any]  # the workload's digest of the final state (e.g. a DB hash)
+    timings: dict[str, Any]  # wall clock: the only part that differs between identical runs
+    config_hash: NotRequired[str]  # added by the runner when it writes the record
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a trial record (draft 2020-12, as pydantic writes it)."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(TrialRecord).json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "Atomix trial record"
+    return schema
+
+
+SCHEMA_PATH = Path("docs") / "trial-record.schema.json"
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0]) if argv else SCHEMA_PATH
+    out.write_text(json.dumps(json_schema(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
