@@ -1,4 +1,4 @@
-"""Trial throughput of the harness (issue 16, item 4): figures with their targets.
+"""Trial throughput of the harness: figures with their targets.
 
 `suite_figures()` runs real experiment configs through `harness.experiment.runner.run` (what `atomix run
 ... --jobs 1` runs, without its report) in fresh child processes, so that neither this
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.bench.runtime import Figure  # one figure type for every suite
+from harness.bench.figures import Figure, print_figures
 
 
 def configs_dir() -> Path:
@@ -114,9 +114,9 @@ def _measure_in_child(config: Path, trials: int, overrides: dict[str, Any] | Non
 
 
 def suite_figures(quick: bool = True) -> list[Figure]:
-    """Trial throughput figures (see the module docstring). quick: about 15 s of CPU in 10 child
-    processes (well under a minute on a quiet 2-core machine); otherwise bigger runs, medians
-    of 5."""
+    """Trial throughput figures (see the module docstring). quick: small runs in 10 child
+    processes (`python -m harness.bench.trials` prints how long they took); otherwise bigger
+    runs, medians of 5."""
     reps = 3 if quick else 5
     retail_trials = 10 if quick else 30  # x 3 cells x 8 modes
     retail = [_measure_in_child(configs_dir() / "tau_retail.yaml", retail_trials) for _ in range(reps)]
@@ -155,9 +155,7 @@ def main() -> int:
     started = time.perf_counter()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"harness trial throughput ({os.cpu_count()} CPUs, load average {load:.2f})")
-    for figure in suite_figures(quick="--full" not in sys.argv[1:]):
-        mark = {True: "met", False: "NOT met", None: "-"}[figure.met]
-        print(f"  {figure.name}: {figure.value:g} {figure.unit} (target {figure.target}): {mark}")
+    print_figures(suite_figures(quick="--full" not in sys.argv[1:]))
     print(f"  ({time.perf_counter() - started:.0f} s)")
     return 0
 

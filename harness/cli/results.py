@@ -1,0 +1,326 @@
+"""Reading results: `report`, `runs`, `compare` and `show`."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from harness.cli.common import (
+    EXIT_CONFIG,
+    EXIT_DISK,
+    fail,
+    flag_error,
+    load_checked,
+    stderr,
+    stdout,
+)
+from harness.errors import ConfigError, RunError
+
+if TYPE_CHECKING:
+    from harness.analysis.runs import Report
+    from harness.analysis.table import Table
+    from harness.experiment.config import ExperimentConfig
+
+commands = typer.Typer()
+
+
+def print_table(table: Table) -> None:
+    """Print a report table; one too wide for the terminal is shown with cells as rows."""
+    from rich.measure import Measurement
+
+    from harness.analysis.render import to_rich
+
+    console = stdout()
+    unlimited = console.options.update_width(1_000_000)
+
+    def rich_of(display: Any) -> RichTable:
+        return to_rich(dataclasses.replace(table, display=display))
+
+    def fits(display: Any) -> bool:
+        return Measurement.get(console, unlimited, rich_of(display)).maximum <= console.width
+
+    transposed = table.display.T
+    transposed.index.name = "cell"
+    for display in (table.display, transposed):
+        if fits(display):
+            console.print(rich_of(display))
+            return
+    # Neither way fits: print it in parts of whole columns, each as wide as the terminal,
+    # every part with all the row labels uncut (the orientation needing fewer parts).
+
+    def parts(display: Any) -> list[list[Any]]:
+        chunks: list[list[Any]] = [[]]
+        for col in display.columns:
+            if chunks[-1] and not fits(display[[*chunks[-1], col]]):
+                chunks.append([])
+            chunks[-1].append(col)
+        return chunks
+
+    display, chunks = min(
+        ((d, parts(d)) for d in (table.display, transposed)), key=lambda dc: len(dc[1])
+    )
+    for i, cols in enumerate(chunks, 1):
+        part = rich_of(display[cols])
+        part.title = Text(f"{table.title} (part {i} of {len(chunks)})")
+        if i < len(chunks):
+            part.caption = None
+        part.columns[0].no_wrap = True
+        console.print(part)
+
+
+def write_report(run_dir: Path, report_from: ExperimentConfig | None = None) -> Report:
+    """Write a run's report files and print its main table, damaged lines and problems;
+    exit 1 if the disk refuses, 2 if the run or config is unusable."""
+    from harness.analysis.runs import load_run, write_run_report
+    from harness.experiment.rundir import RunIOError, damaged_summary, io_error
+
+    try:
+        run = load_run(run_dir, report_from)
+    except RunIOError as exc:
+        fail(str(exc), EXIT_DISK)
+    except (ConfigError, RunError) as exc:
+        fail(str(exc))
+    if run.damaged:
+        # The report is built from the whole records; the damaged lines are named, not fatal.
+        stderr().print(
+            Text(
+                f"{run_dir}/trials.jsonl: {damaged_summary(run.damaged)}: left out of the "
+                "report; resuming the run moves them aside and runs their trials again",
+                style="yellow",
+            ),
+            soft_wrap=True,
+        )
+    try:
+        result = write_run_report(run)
+    except OSError as exc:
+        fail(str(io_error(run_dir, exc, "cannot write the report:")), EXIT_DISK)
+    if result.main is not None:
+        print_table(result.main)
+    if run.status != "complete":
+        stderr().print(
+            Text(
+                f"note: run is {run.status}: {len(run.records)} of {run.planned} trials",
+                style="yellow",
+            )
+        )
+    for problem in result.problems:
+        stderr().print(Text(f"{run_dir}: {problem}", style="red"))
+    return result
+
+
+@commands.command(
+    "report",
+    epilog="Example: atomix report results/synthetic/20250101-120000   (no argument: latest run of each config)",
+)
+def report(
+    runs: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="Run directories (or a config's directory: its latest run).",
+            show_default=False,
+        ),
+    ] = None,
+    results: Annotated[
+        Path, typer.Option("--results", help="Where to look for runs when none is given.")
+    ] = Path("results"),
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Take the report section (tables, plots) from this config instead."
+        ),
+    ] = None,
+) -> None:
+    """Rebuild tables and plots from stored trial records only (no trial is re-run)."""
+    report_from = load_checked(config) if config else None
+    from harness.analysis.runs import latest_runs, resolve_run
+
+    try:
+        run_dirs = [resolve_run(p) for p in runs] if runs else latest_runs(results)
+    except RunError as exc:
+        fail(str(exc))
+    if not run_dirs:
+        fail(f"no runs under {results}/ (run one with: atomix run CONFIG.yaml)")
+    failed = False
+    for run_dir in run_dirs:
+        result = write_report(run_dir, report_from)
+        stdout().print(f"{run_dir}: wrote {len(result.paths)} files", soft_wrap=True)
+        failed |= bool(result.problems)
+    if failed:
+        raise typer.Exit(EXIT_CONFIG)
+
+
+@commands.command("runs", epilog="Example: atomix runs --out results")
+def runs(
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Results directory (as given to `atomix run --out`).")
+    ] = Path("results"),
+) -> None:
+    """List past runs: config, start time, trials done/total, status (from manifests only;
+    a run whose process was killed shows `interrupted`)."""
+    # Only the standard-library run-directory module: listing must stay fast.
+    from harness.experiment.rundir import list_runs
+
+    found = list_runs(out_dir)
+    if not found:
+        fail(f"no runs under {out_dir}/ (run one with: atomix run CONFIG.yaml)")
+    table = RichTable(title=f"runs ({out_dir})")
+    for col in ("config", "run", "started (UTC)", "trials", "status"):
+        table.add_column(col, justify="right" if col == "trials" else "left")
+    for info in found:
+        where = info.run_dir
+        table.add_row(
+            Text(info.config),
+            Text(str(where.relative_to(out_dir) if where.is_relative_to(out_dir) else where)),
+            Text(info.started_at),
+            Text(f"{info.done}/{info.planned}"),
+            Text(info.status),
+        )
+    stdout().print(table)
+
+
+class CompareFormat(StrEnum):
+    table = "table"
+    md = "md"
+    csv = "csv"
+    tex = "tex"
+
+
+@commands.command(
+    "compare", epilog="Example: atomix compare results/tau_retail --baseline tx-full --format tex"
+)
+def compare(
+    run_dir: Annotated[
+        Path,
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="A run directory (or a config's directory: its latest run).",
+            show_default=False,
+        ),
+    ],
+    modes: Annotated[
+        str | None,
+        typer.Option(
+            "--modes", help="Comma-separated modes (default: every mode of the run, config order)."
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline", help="The mode every other is tested against (default: the first)."
+        ),
+    ] = None,
+    metric: Annotated[
+        str,
+        typer.Option(
+            "--metric",
+            help="A yes/no metric (exact McNemar) or a numeric one (Wilcoxon signed-rank).",
+        ),
+    ] = "clean",
+    fmt: Annotated[
+        CompareFormat,
+        typer.Option(
+            "--format",
+            help="What to print: a terminal table, or the md/csv/tex text (all three are written).",
+        ),
+    ] = CompareFormat.table,
+) -> None:
+    """Each mode against a baseline on paired trials (same cell, seed and trial): exact
+    McNemar or Wilcoxon signed-rank, an interval on the difference, Holm-adjusted p."""
+    # Imported here so that `atomix --version` does not pay for scipy and pandas.
+    from harness.analysis import paired
+    from harness.analysis.runs import load_run, resolve_run
+    from harness.experiment.cells import cell_id, expand_cells
+    from harness.experiment.overrides import split_list
+
+    try:
+        mode_list = split_list(modes, "--modes") if modes else None
+    except ValueError as exc:
+        raise flag_error(exc) from None
+    try:
+        run = load_run(resolve_run(run_dir))
+        present = {str(r["mode"]) for r in run.records}
+        if mode_list is None:
+            # Config order, then modes the config no longer lists (sorted).
+            mode_list = [m for m in run.config.modes if m in present]
+            mode_list += sorted(present - set(mode_list))
+        if baseline is not None and baseline not in present:
+            raise ValueError(
+                f"--baseline: mode {baseline!r} has no trials in {run.run_dir}; "
+                f"it has: {sorted(present)}"
+            )
+        order = [cell_id(run.config, c) for c in expand_cells(run.config)]
+        cmp = paired.paired_compare(
+            run.records,
+            metric,
+            mode_list,
+            baseline=baseline,
+            cell_order=order,
+            explicit_modes=modes is not None,
+        )
+    except (ConfigError, RunError, ValueError) as exc:
+        fail(str(exc))
+    paths = paired.write_paired(cmp, run.run_dir / "tables")
+    if fmt is CompareFormat.table:
+        stdout().print(paired.paired_rich(cmp))
+        for path in paths:
+            stdout().print(f"wrote {path}", soft_wrap=True)
+        return
+    # Machine-readable text on stdout (pipe-able); where the files went on stderr.
+    sys.stdout.write(paired.RENDERERS[fmt.value](cmp))
+    for path in paths:
+        stderr().print(f"wrote {path}")
+
+
+@commands.command("show", epilog="Example: atomix show results/tau_retail/<run-id> saga/fp=0.3/4")
+def show(
+    run_dir: Annotated[
+        Path,
+        typer.Argument(
+            metavar="RUN",
+            help="A run directory (see `atomix runs`), or a config's results directory for its "
+            "latest run.",
+            show_default=False,
+        ),
+    ],
+    trial: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="TRIAL",
+            help="Line number in trials.jsonl, the trial's key, or a part of the key that only "
+            "one trial has. Without it: list the run's trials.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Show one trial's timeline: each call the substrates saw, the faults injected, and how
+    each agent settled. The trial is replayed from the run's config and checked against its
+    stored record."""
+    from harness.analysis.show import (
+        ShowError,
+        find_trial,
+        records_of,
+        render,
+        replay,
+        resolve,
+        summary,
+    )
+
+    try:
+        run_dir = resolve(run_dir)
+        records = records_of(run_dir)
+        if trial is None:
+            lines = summary(records)
+        else:
+            lines = render(replay(run_dir, find_trial(records, trial)))
+    except (ShowError, ConfigError) as exc:
+        fail(f"atomix show: {exc}")
+    for line in lines:
+        stdout().print(Text(line), soft_wrap=True)
