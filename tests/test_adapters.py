@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from atomix.adapters import FileStore, MailboxSink, Op, OpLog, RowWrite, SQLiteStore, row_effect
 from atomix.effects import EffectClass
-from atomix.scopes import fs_scope, sqlite_scope
+from atomix.scope_kinds import fs_scope, sqlite_scope
 
 
 def _temp_files(root: Path) -> list[Path]:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from atomix.adapters import OpLog
-from atomix.scopes import CANONICAL, NAIVE
+from atomix.scope_parsing import CANONICAL, NAIVE
 from harness.experiment.trial import TrialSpec, run_trial
-from harness.modes.base import get_mode
+from harness.modes.registry import get_mode
 from harness.modes.tx_flat_scopes import FLAT_CANONICAL
 from harness.workloads.aliasing import CATALOGUE, TOOLS, Case, setup, world
 from harness.workloads.aliasing_substrates import AuditedSQLite, OsFiles, TouchLog, route

@@ -18,7 +18,8 @@ from atomix.effects import AbortSource
 from atomix.tools import Ack
 from harness.agents.task import AgentPolicy, Step, Task, run_agent
 from harness.experiment.trial import TrialSpec, run_trial
-from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode, get_mode
+from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode
+from harness.modes.registry import get_mode
 from harness.workloads.synthetic import TOOLS, setup
 from harness.world.boundary import Boundary
 from harness.world.clock import VirtualClock

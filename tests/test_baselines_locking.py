@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 from atomix.effects import AbortSource, EffectClass
-from atomix.scopes import parse_scope
+from atomix.scope_parsing import parse_scope
 from baselines.mutex_wal import _decode
 from baselines.occ import VersionTable
 from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task, run_agent
 from harness.experiment.trial import TrialSpec, run_trial
-from harness.modes.base import Aborted, AgentContext, ModeSettings, TrialMode, get_mode
+from harness.modes.base import Aborted, AgentContext, ModeSettings, TrialMode
 from harness.modes.locks import LockManager
+from harness.modes.registry import get_mode
 from harness.world import faults
 from harness.world.boundary import Boundary
 from harness.world.clock import Sleep, VirtualClock

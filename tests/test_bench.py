@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from atomix import bench
+from harness.bench import figures, runtime, scaling
+from harness.bench.__main__ import main
 
 
 def test_quick_benchmark_runs_and_reports_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bench.main(["--quick"]) == 0
+    assert main(["--quick"]) == 0
     out = capsys.readouterr().out
     for line in ("(a) shimmed bufferable call", "(b) transaction with 4", "(c) speculation"):
         assert line in out
@@ -21,7 +22,7 @@ def test_quick_benchmark_runs_and_reports_every_figure(capsys: pytest.CaptureFix
 
 
 def test_speculation_bench_checks_that_exactly_the_winner_committed() -> None:
-    setup, settle, total = bench.bench_speculation(4, 20)
+    setup, settle, total = runtime.bench_speculation(4, 20)
     assert setup.n == settle.n == total.n == 20
     assert 0 < setup.median <= total.median
 
@@ -31,7 +32,7 @@ def test_the_suite_prints_every_figure_with_its_target_and_verdict(
 ) -> None:
     """`--suite` in its tiny mode (a few agents, few rounds): every figure of items 1 and 3
     is printed with a target and PASS or MISS (the values are not judged here)."""
-    assert bench.main(["--suite", "--tiny"]) == 0
+    assert main(["--suite", "--tiny"]) == 0
     lines = capsys.readouterr().out.splitlines()
     figures = [line.strip() for line in lines if line.startswith("  ") and ": " in line]
     wanted = [
@@ -51,7 +52,7 @@ def test_the_suite_prints_every_figure_with_its_target_and_verdict(
 
 
 def test_figures_share_one_shape() -> None:
-    figure = bench.Figure("x", 1.0, "µs", "<= 2", True)
+    figure = figures.Figure("x", 1.0, "µs", "<= 2", True)
     assert (figure.name, figure.value, figure.unit, figure.target, figure.met) == (
         "x", 1.0, "µs", "<= 2", True,
     )
@@ -59,18 +60,18 @@ def test_figures_share_one_shape() -> None:
 
 def test_the_exponent_fit_recovers_a_power_law() -> None:
     points = [(n, 3.0 * n**1.25) for n in (64, 128, 256, 512, 1024)]
-    assert bench.fit_exponent(points) == pytest.approx(1.25)
+    assert figures.fit_exponent(points) == pytest.approx(1.25)
 
 
 @pytest.mark.parametrize("frontier", ["per-resource", "global"])
 def test_the_core_simulation_settles_every_agent(frontier: str) -> None:
     """The harness-free contention run drives the core to the end (it raises if an agent is
     left unfinished): every agent commits or runs out of attempts, and every wait is woken."""
-    run = bench.simulate_contention(24, frontier=frontier, attempts=3)
+    run = scaling.simulate_contention(24, frontier=frontier, attempts=3)
     assert run.agents == 24 and run.commits >= 1
     assert run.commits + run.aborts >= 24 and run.waits == run.wakes
 
 
 def test_disjoint_agents_never_wait_in_the_core_simulation() -> None:
-    run = bench.simulate_contention(16, resources=16)
+    run = scaling.simulate_contention(16, resources=16)
     assert run.commits == 16 and run.aborts == 0 and run.waits == 0

@@ -1,5 +1,5 @@
-"""Cancellation, deadlines, and sync tools in async transactions (issue 13, parts 3 and 7),
-through the public API. Each test failed on the runtime before these parts: an interrupted
+"""Cancellation, deadlines, and sync tools in async transactions, through the public API.
+Each test failed on an earlier runtime that lacked the behaviour it checks: an interrupted
 commit wait left its transaction waiting and its scopes wedged, a closed event loop made
 another thread's commit raise, an abandoned waiter made every later transaction on its
 scopes time out, and sync tools (all the adapters) raised inside `rt.atransaction()`."""
@@ -7,39 +7,54 @@ scopes time out, and sync tools (all the adapters) raised inside `rt.atransactio
 from __future__ import annotations
 
 import asyncio
+import inspect
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import await_until, wait_until
 
 from atomix import AtomixError, Call, Runtime, TransactionAborted
 from atomix.adapters import FileStore, MailboxSink, SQLiteStore
 from atomix.adapters.tools import file_tools, mail_tools, sqlite_tools
-from atomix.runtime import current_transaction
+from atomix.handles import current_transaction
 from atomix.transaction import TxState
 
 TIMEOUT = 0.3  # seconds: the commit-wait timeout of these runtimes; every wait is bounded by it
 JOIN = 10.0  # seconds: generous, only a hung test ever waits this long
 
 
-def _wait_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + JOIN
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.001)
+def _acquire_lines() -> set[int]:
+    """The lines of threading.Condition.wait (what Event.wait blocks in) where it blocks:
+    the lock acquires inside its try block, whose finally clears up after whatever is raised
+    there (a KeyboardInterrupt raised a line earlier would leave the condition's lock
+    released and the next line fails on it)."""
+    lines, first = inspect.getsourcelines(threading.Condition.wait)
+    found, in_try = set(), False
+    for i, line in enumerate(lines):
+        if line.strip().startswith("try:"):
+            in_try = True
+        elif line.strip().startswith("finally:"):
+            break
+        elif in_try and "waiter.acquire(" in line:
+            found.add(first + i)
+    assert found, "threading.Condition.wait has changed: update _acquire_lines"
+    return found
 
 
-async def _await_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + JOIN
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.001)
+def _blocked_in_a_wait(thread: threading.Thread) -> bool:
+    """Whether `thread` is blocked in a threading wait (Event.wait, Condition.wait) now."""
+    frame = sys._current_frames().get(thread.ident)  # type: ignore[arg-type]
+    return (
+        frame is not None
+        and frame.f_code is threading.Condition.wait.__code__
+        and frame.f_lineno in _acquire_lines()
+    )
 
 
 class World:
@@ -137,7 +152,7 @@ def test_cancelled_async_commit_waiter_aborts_as_cancelled_and_frees_its_scope(w
         h = asyncio.create_task(holder())
         await asyncio.wait_for(holding.wait(), JOIN)
         task = asyncio.create_task(waiter())
-        await _await_until(lambda: "tx" in box and box["tx"].state is TxState.WAITING, "it waits")
+        await await_until(lambda: "tx" in box and box["tx"].state is TxState.WAITING, "it waits")
         assert w.seats == {7}
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -167,9 +182,11 @@ def test_ctrl_c_while_a_sync_commit_waits_aborts_it_as_cancelled(w: World) -> No
     box: dict[str, Any] = {}
 
     def interrupt() -> None:
-        # A real Ctrl-C: SIGINT to the main thread while its commit blocks.
-        _wait_until(lambda: "tx" in box and box["tx"].state is TxState.WAITING, "it waits")
-        time.sleep(0.02)  # (so the signal lands in the wait itself, not just before it)
+        # A real Ctrl-C: SIGINT to the main thread while its commit blocks, in the wait
+        # itself (not just before it).
+        main = threading.main_thread()
+        wait_until(lambda: "tx" in box and box["tx"].state is TxState.WAITING, "it waits")
+        wait_until(lambda: _blocked_in_a_wait(main), "the main thread blocks in the wait")
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -222,7 +239,9 @@ def test_cancelled_read_wait_aborts_as_cancelled(w: World) -> None:
                 await tx.call(read_seat.spec, 5)  # waits for the holder's booking to settle
 
         task = asyncio.create_task(reader())
-        await asyncio.sleep(0.05)
+        await await_until(
+            lambda: "tx" in box and box["tx"].txid in w.rt.coordinator._wakers, "the read waits"
+        )
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -257,7 +276,7 @@ def test_a_closed_loop_waiter_neither_breaks_other_commits_nor_wedges_its_scopes
 
         box["task"] = loop.create_task(a())  # kept: never garbage-collected during the test
         loop.run_until_complete(
-            _await_until(lambda: "a" in box and box["a"].state is TxState.WAITING, "A waits")
+            await_until(lambda: "a" in box and box["a"].state is TxState.WAITING, "A waits")
         )
         loop.close()  # stopped with A still waiting, and closed: A's driver is gone
 

@@ -11,13 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from typer.testing import CliRunner
+from support import invoke, read_records, run_dirs, without_timings, write_yaml
 
 from atomix import __version__
-from cli import app
-
-runner = CliRunner()
 
 MODES = ["tx-full", "no-tx"]
 TRIALS = 3
@@ -52,31 +48,11 @@ TOTAL = len(RATES) * TRIALS * len(MODES)
 def write_config(
     directory: Path, data: dict[str, Any] | None = None, name: str = "tiny.yaml"
 ) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    path.write_text(
-        yaml.safe_dump(CONFIG if data is None else data, sort_keys=False), encoding="utf-8"
-    )
-    return path
-
-
-def invoke(*args: Any) -> Any:
-    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
-def run_dirs(out: Path) -> list[Path]:
-    return sorted(p.parent for p in out.glob("*/*/manifest.json"))
+    return write_yaml(directory / name, CONFIG if data is None else data)
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
-    lines = (run_dir / "trials.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines]
-
-
-def without_timings(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(
-        ({k: v for k, v in r.items() if k != "timings"} for r in recs), key=lambda r: r["key"]
-    )
+    return read_records(run_dir / "trials.jsonl")
 
 
 def hashes(run_dir: Path) -> dict[str, str]:

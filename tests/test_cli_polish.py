@@ -1,4 +1,4 @@
-"""Issue 15 part 4: did-you-mean, one-line errors, resume from the stored config, --limit,
+"""The CLI's finish: did-you-mean, one-line errors, resume from the stored config, --limit,
 plain progress lines, the time estimate, 80-column tables and one spelling of a cell."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from test_cli import CONFIG, TOTAL, TRIALS, invoke, records, run_dirs, write_config
 
-import cli
+from harness.cli import progress
 
 
 def _err_lines(result: Any) -> list[str]:
@@ -144,10 +144,10 @@ def test_limit_runs_the_first_trials_and_resume_completes(tmp_path: Path) -> Non
 def test_plain_progress_lines_and_estimate_when_not_a_terminal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "PROGRESS_QUIET_S", 0.0)
-    monkeypatch.setattr(cli, "PROGRESS_EVERY_S", 0.0)
-    monkeypatch.setattr(cli, "ESTIMATE_AFTER_TRIALS", 1)
-    monkeypatch.setattr(cli, "ESTIMATE_OVER_S", -1.0)  # every run is "long"
+    monkeypatch.setattr(progress, "PROGRESS_QUIET_S", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(progress, "ESTIMATE_AFTER_TRIALS", 1)
+    monkeypatch.setattr(progress, "ESTIMATE_OVER_S", -1.0)  # every run is "long"
     config = write_config(tmp_path)
     result = invoke("run", config, "--out", tmp_path / "r", "--jobs", 1)
     assert result.exit_code == 0, result.output

@@ -1,8 +1,8 @@
-"""Sweeps on Dask (issue 16, part 6): `--executor dask` runs trials on a dask.distributed
-cluster (its own LocalCluster, or `--scheduler ADDRESS`) and streams the records back to the
-run's one writer. Records are byte-identical to a local run apart from `timings`; a dask run
-interrupted by SIGINT or SIGKILL resumes without losing or duplicating a trial; bad options,
-an unreachable scheduler and a missing dask install are one clear line and write nothing.
+"""Sweeps on Dask: `--executor dask` runs trials on a dask.distributed cluster (its own
+LocalCluster, or `--scheduler ADDRESS`) and streams the records back to the run's one writer.
+Records are byte-identical to a local run apart from `timings`; a dask run interrupted by SIGINT
+or SIGKILL resumes without losing or duplicating a trial; bad options, an unreachable scheduler
+and a missing dask install are one clear line and write nothing.
 
 The external cluster is started the way the README tells users to: `dask scheduler` and
 `dask worker tcp://HOST:PORT` subprocesses (the venv's console scripts) on 127.0.0.1."""
@@ -15,26 +15,34 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from typer.testing import CliRunner
+from support import (
+    BIN,
+    HANG_S,
+    ROOT,
+    count_records,
+    frozen,
+    invoke,
+    proc_done,
+    spawn,
+    wait_group_gone,
+    wait_until,
+    write_yaml,
+)
 
-from cli import app
 from harness.errors import RunError
 from harness.experiment.config import load_config
-from harness.experiment.executors import ExecutorOptions, chunk_size, open_executor
+from harness.experiment.executor import ExecutorOptions, chunk_size
+from harness.experiment.executors import open_executor
 from harness.experiment.runner import plan, run
 from harness.experiment.trial import run_trial
 
 distributed = pytest.importorskip("distributed")
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 RETAIL = ROOT / "configs" / "tau_retail.yaml"
 RETAIL_OVERRIDES: dict[str, Any] = {"trials": 2, "modes": ["tx-full", "saga"]}
 
@@ -51,13 +59,11 @@ CONFIG: dict[str, Any] = {
 }
 TOTAL = 12 * 2 * 2
 
-cli_runner = CliRunner()
+Start = Callable[..., subprocess.Popen[str]]
 
 
 def write_config(directory: Path) -> Path:
-    path = directory / "dasky.yaml"
-    path.write_text(yaml.safe_dump(CONFIG, sort_keys=False), encoding="utf-8")
-    return path
+    return write_yaml(directory / "dasky.yaml", CONFIG)
 
 
 def canonical(record: dict[str, Any]) -> str:
@@ -78,44 +84,16 @@ def file_lines(path: Path) -> list[str]:
 
 def count_lines(out: Path) -> int:
     found = list(out.glob("*/*/trials.jsonl"))
-    return found[0].read_bytes().count(b"\n") if found else 0
-
-
-def start_cli(*args: Any) -> subprocess.Popen[str]:
-    """`python -m cli ARGS` in its own session (its LocalCluster workers share its group)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "300"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "cli", *map(str, args)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )  # fmt: skip
+    return count_records(found[0]) if found else 0
 
 
 def wait_for_records(proc: subprocess.Popen[str], out: Path, more_than: int) -> int:
-    deadline = time.time() + 120
-    while count_lines(out) <= more_than and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
+    """Wait until the run has written more than `more_than` records (or has ended)."""
+    wait_until(
+        lambda: count_lines(out) > more_than or proc_done(proc.pid),
+        f"pid {proc.pid} wrote more than {more_than} records",
+    )
     return count_lines(out)
-
-
-def group_alive(pgid: int) -> list[int]:
-    """Processes of a process group still running (zombies do not count)."""
-    alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            alive.append(int(stat.parent.name))
-    return alive
-
-
-def wait_group_gone(pgid: int) -> list[int]:
-    deadline = time.time() + 20
-    while group_alive(pgid) and time.time() < deadline:
-        time.sleep(0.05)
-    return group_alive(pgid)
 
 
 def stop(proc: subprocess.Popen[Any]) -> None:
@@ -126,8 +104,8 @@ def stop(proc: subprocess.Popen[Any]) -> None:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(timeout=10)
-    if wait_group_gone(proc.pid):
+            proc.wait(timeout=HANG_S)
+    if wait_group_gone(proc.pid, timeout=20):
         os.killpg(proc.pid, signal.SIGKILL)  # the group this test created for it
 
 
@@ -135,9 +113,9 @@ def start_dask(*args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
     """`dask ARGS` (the venv's console script) in its own session; workers import the
     project from ROOT, as an installed one."""
     with open(log or os.devnull, "w") as err:  # the child keeps its own copy
-        return subprocess.Popen(
-            [str(BIN / "dask"), *args], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+        return spawn(
+            [BIN / "dask", *args], env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.DEVNULL, stderr=err, new_session=True,
         )  # fmt: skip
 
 
@@ -145,14 +123,23 @@ def start_scheduler(info: Path, log: Path | None = None) -> tuple[subprocess.Pop
     """`dask scheduler` on 127.0.0.1 and a free port; (its process, its address)."""
     proc = start_dask("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                       "--scheduler-file", str(info), log=log)  # fmt: skip
-    deadline = time.time() + 60
-    while time.time() < deadline and proc.poll() is None:
+
+    def address() -> str | None:
         try:  # the scheduler writes the file in more than one step
-            return proc, str(json.loads(info.read_text())["address"])
+            return str(json.loads(info.read_text())["address"])
         except (OSError, ValueError, KeyError):
-            time.sleep(0.05)
-    stop(proc)
-    pytest.fail(f"`dask scheduler` wrote no address to {info} (exit {proc.returncode})")
+            return None
+
+    try:
+        found = wait_until(
+            lambda: address() or proc.poll() is not None, f"`dask scheduler` wrote {info}"
+        )
+    except AssertionError:
+        found = None
+    if not isinstance(found, str):
+        stop(proc)
+        pytest.fail(f"`dask scheduler` wrote no address to {info} (exit {proc.returncode})")
+    return proc, found
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +156,7 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                        "--no-dashboard", log=base / "worker.log")
         )  # fmt: skip
         with distributed.Client(address, set_as_default=False) as client:
-            client.wait_for_workers(2, timeout=60)
+            client.wait_for_workers(2, timeout=HANG_S)
         yield address
     finally:
         for proc in reversed(launched):
@@ -222,11 +209,13 @@ def test_trials_run_on_the_cluster_workers_in_batches(scheduler: str) -> None:
 
 
 def test_the_readme_commands_run_a_sweep_on_an_external_scheduler(
-    scheduler: str, synthetic_reference: tuple[Path, list[str]], tmp_path: Path
-) -> None:
+    scheduler: str, synthetic_reference: tuple[Path, list[str]], results_dir: Path,
+    atomix_cli: Start,
+) -> None:  # fmt: skip
     config, reference = synthetic_reference
-    out = tmp_path / "results"
-    proc = start_cli("run", config, "--out", out, "--executor", "dask", "--scheduler", scheduler)
+    out = results_dir
+    proc = atomix_cli("run", config, "--out", out, "--executor", "dask", "--scheduler", scheduler,
+                      new_session=True)  # fmt: skip
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
@@ -238,15 +227,21 @@ def test_the_readme_commands_run_a_sweep_on_an_external_scheduler(
 
 
 def test_an_interrupted_dask_run_resumes_without_losing_or_duplicating_a_trial(
-    scheduler: str, synthetic_reference: tuple[Path, list[str]], tmp_path: Path
-) -> None:
+    scheduler: str, synthetic_reference: tuple[Path, list[str]], results_dir: Path,
+    atomix_cli: Start,
+) -> None:  # fmt: skip
     config, reference = synthetic_reference
-    out = tmp_path / "results"
-    # 1. Ctrl-C (SIGINT to the whole group) while its own LocalCluster runs trials.
-    first = start_cli("run", config, "--out", out, "--executor", "dask", "--jobs", 2)
+    out = results_dir
+    # 1. Ctrl-C (SIGINT to the whole group) while its own LocalCluster runs trials. In its
+    # own session: its LocalCluster workers share its group.
+    first = atomix_cli("run", config, "--out", out, "--executor", "dask", "--jobs", 2,
+                       new_session=True)  # fmt: skip
     after_first = wait_for_records(first, out, 0)
-    os.killpg(first.pid, signal.SIGINT)
-    _, err = first.communicate(timeout=120)
+    with frozen(first.pid, group=True):  # the whole group: as a terminal's Ctrl-C finds it
+        assert not proc_done(first.pid), f"the run ended first: {first.communicate()}"
+        assert count_lines(out) < TOTAL, "the run wrote every record before the Ctrl-C"
+        os.killpg(first.pid, signal.SIGINT)  # delivered to each once the group continues
+    _, err = first.communicate(timeout=HANG_S)
     assert first.returncode == 130, err
     assert "Traceback" not in err, err
     (message,) = [line for line in err.splitlines() if "interrupted" in line]
@@ -260,15 +255,18 @@ def test_an_interrupted_dask_run_resumes_without_losing_or_duplicating_a_trial(
     command = message.split("resume with: ", 1)[1].split()
     assert command[:2] == ["atomix", "run"]
     before = count_lines(out)
-    second = start_cli(*command[1:], "--scheduler", scheduler)
+    second = atomix_cli(*command[1:], "--scheduler", scheduler, new_session=True)
     wait_for_records(second, out, before)
-    os.kill(second.pid, signal.SIGKILL)
-    second.communicate(timeout=60)
+    with frozen(second.pid):  # so that the kill lands mid-run, as checked here
+        assert not proc_done(second.pid), f"the resumed run ended first: {second.communicate()}"
+        assert count_lines(out) < TOTAL, "the resumed run wrote every record before the kill"
+        os.kill(second.pid, signal.SIGKILL)
+    second.communicate(timeout=HANG_S)
     after_kill = count_lines(out)
     assert before < after_kill, "the resumed run wrote nothing before the kill"
 
     # 3. Resume to the end.
-    third = start_cli(*command[1:], "--scheduler", scheduler)
+    third = atomix_cli(*command[1:], "--scheduler", scheduler, new_session=True)
     _, err = third.communicate(timeout=300)
     assert third.returncode == 0, err
     lines = file_lines(run_dir / "trials.jsonl")  # fails on a duplicated trial
@@ -282,18 +280,27 @@ def test_an_interrupted_dask_run_resumes_without_losing_or_duplicating_a_trial(
 
 
 def test_a_scheduler_lost_mid_run_exits_1_with_the_resume_command(
-    synthetic_reference: tuple[Path, list[str]], tmp_path: Path
-) -> None:
+    synthetic_reference: tuple[Path, list[str]], tmp_path: Path, results_dir: Path,
+    atomix_cli: Start,
+) -> None:  # fmt: skip
     config, _ = synthetic_reference
     scheduler_proc, address = start_scheduler(tmp_path / "scheduler.json")
     procs = [scheduler_proc]
     try:
-        procs.append(start_dask("worker", address, "--nthreads", "1", "--no-dashboard"))
-        out = tmp_path / "results"
-        proc = start_cli("run", config, "--out", out, "--executor", "dask", "--scheduler", address)
+        worker = start_dask("worker", address, "--nthreads", "1", "--no-dashboard")
+        procs.append(worker)
+        out = results_dir
+        proc = atomix_cli("run", config, "--out", out, "--executor", "dask", "--scheduler", address,
+                          new_session=True)  # fmt: skip
         written = wait_for_records(proc, out, 0)
-        scheduler_proc.kill()  # the scheduler goes away
-        _, err = proc.communicate(timeout=120)
+        # The worker (its group: nanny and worker) frozen, so that no more trials finish
+        # between the check that the run is unfinished and the scheduler's end.
+        with frozen(worker.pid, group=True):
+            assert not proc_done(proc.pid), f"the run ended first: {proc.communicate()}"
+            written = count_lines(out)
+            scheduler_proc.kill()  # the scheduler goes away
+            scheduler_proc.wait(timeout=HANG_S)
+        _, err = proc.communicate(timeout=HANG_S)
     finally:
         for p in reversed(procs):
             stop(p)
@@ -329,10 +336,6 @@ def test_a_worker_without_the_project_is_named_before_anything_runs(
 
 
 # --------------------------------------------------------------------------- bad options
-
-
-def invoke(*args: Any) -> Any:
-    return cli_runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
 def free_port() -> int:

@@ -6,14 +6,14 @@ modes."""
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from support import CONFIGS
 
 from atomix.effects import EffectClass
-from atomix.scopes import parse_scope
+from atomix.scope_parsing import parse_scope
 from harness.agents.policies import AgentConfig
 from harness.experiment.config import load_config
 from harness.experiment.trial import TrialSpec, run_trial
@@ -24,8 +24,6 @@ from harness.workloads.desktop.tools import TOOLS
 from harness.world.faults import FaultConfig
 from harness.world.substrates import TrialEnv
 from harness.world.tooling import Delivery, ToolError
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -221,7 +219,7 @@ def test_a_trial_is_reproducible_from_its_spec() -> None:
 
 
 def test_the_config_is_labelled_a_proxy_and_maps_table_5() -> None:
-    config = load_config(ROOT / "configs" / "desktop_proxy.yaml")
+    config = load_config(CONFIGS / "desktop_proxy.yaml")
     assert "proxy" in config.name and "PROXY" in config.description and "not OSWorld" in config.description
     assert all("PROXY" in t.title for t in config.report.tables)
     (entry,) = config.paper

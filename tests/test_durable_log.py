@@ -352,7 +352,7 @@ def test_async_transactions_are_logged_too(tmp_path: Path) -> None:
 
 
 def test_the_log_benchmark_runs_and_checks_its_results() -> None:
-    from atomix import bench
+    from harness.bench import runtime as bench
 
     for mode in bench.LOG_MODES:
         assert bench.bench_log_commit(mode, 3).n == 3

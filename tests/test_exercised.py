@@ -1,4 +1,4 @@
-"""A condition that never occurred is not a result (DESIGN.md §5).
+"""A condition that never occurred is not a result.
 
 Trial records say what they exercised; a table cell whose trials never exercised what the
 table measures reads `n/a (not exercised)` everywhere (Markdown, LaTeX, terminal, CSV
@@ -20,23 +20,17 @@ from rich.console import Console
 
 from harness.analysis import runs as reporting
 from harness.analysis.paired import paired_compare, paired_csv
-from harness.analysis.report import (
+from harness.analysis.plots import bar_plot, line_plot
+from harness.analysis.records import (
     EXERCISED_COUNTS,
-    NOT_EXERCISED_TEXT,
     REQUIRES,
-    TableSpec,
-    bar_plot,
-    build_table,
     exercised_frame,
     is_exercised,
-    line_plot,
     records_frame,
-    to_csv,
-    to_latex,
-    to_markdown,
-    to_rich,
-    write_report,
 )
+from harness.analysis.render import to_csv, to_latex, to_markdown, to_rich
+from harness.analysis.report import write_report
+from harness.analysis.table import NOT_EXERCISED_TEXT, TableSpec, build_table
 from harness.experiment.config import ConfigError, load_config, validate_config
 from harness.experiment.runner import plan, run
 from harness.experiment.trial import TrialSpec, exercised, run_trial

@@ -60,7 +60,7 @@ class Probe:
 def test_registry_describes_every_class_once() -> None:
     assert set(FAULTS) == set(FaultClass)
     for cls, spec in FAULTS.items():
-        assert spec.name is cls
+        assert spec.name == cls  # the row is named by its class
         assert spec.description
         assert spec.points
     assert FAULTS[FaultClass.F3].points == {Point.COMPENSATE}
@@ -314,7 +314,8 @@ def test_deliver_f2_applies_once_then_raises_the_same_failure_as_f1() -> None:
 
 
 def test_f1_and_f2_are_indistinguishable_to_the_caller() -> None:
-    # DESIGN.md section 4: only the oracle may know the class of an injected fault.
+    # docs/design.md, "What a mode may see": only the oracle may know the class of an
+    # injected fault.
     seen = {}
     for cls in ("F1", "F2"):
         inj = forced(cls)

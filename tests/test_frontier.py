@@ -6,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from atomix.frontier import ScopeIndex
-from atomix.scopes import Scope, parse_scope
+from atomix.scope_parsing import parse_scope
+from atomix.scopes import Scope
 from atomix.transaction import Transaction
 
 TABLE = parse_scope("kv:t")

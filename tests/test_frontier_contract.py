@@ -12,7 +12,7 @@ from atomix.decisions import CommitPlan, Wait
 from atomix.effects import Effect, EffectClass
 from atomix.manager import RuntimeOptions, TransactionManager
 from harness.experiment.trial import TrialSpec, run_trial
-from harness.modes.base import get_mode
+from harness.modes.registry import get_mode
 from harness.modes.tx_frontier_fault import install_frontier_fault
 from harness.workloads.frontier_contract import FrontierContractParams, inverted_pairs
 

@@ -1,4 +1,4 @@
-"""Mechanisms see only what a real system sees (DESIGN.md section 4).
+"""Mechanisms see only what a real system sees (docs/design.md, "What a mode may see").
 
 Written from the design, not from the code: no settlement mechanism and no agent may read
 the fault injector, its records or the class of an injected fault. Only the oracle and the
@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.modes.base import MODE_MODULES
+from harness.modes.registry import MODES
 
 FORBIDDEN_NAMES = {"FaultClass", "FaultInjector", "InjectedFault", "FAULTS", "FaultSpec"}
 FORBIDDEN_ATTRS = {"injector", "_injector", "injected", "fault"}
 AGENT_MODULES = ("harness.agents.task", "harness.agents.policies")
+# Every module the mode table names, plus the lock manager the locking baselines share.
+MODE_MODULES = sorted({e.module for e in MODES.entries()} | {"harness.modes.locks", "harness.modes.base"})
 
 
 def _source(module: str) -> tuple[Path, ast.AST]:

@@ -1,6 +1,6 @@
-"""The inline paths of a synchronous transaction (issue 16, item 3): a reversible call and a
-commit run without driver steps when nothing must wait and no durable log is kept. They must
-behave exactly as the steps do; anything else falls back to the steps. Nothing is timed."""
+"""The inline paths of a synchronous transaction: a reversible call and a commit run without
+driver steps when nothing must wait and no durable log is kept. They must behave exactly as the
+steps do; anything else falls back to the steps. Nothing is timed."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import HANG_S, wait_until
 
 from atomix.effects import AbortSource
 from atomix.errors import TransactionAborted
@@ -131,12 +132,13 @@ def test_a_reversible_call_that_must_wait_falls_back_to_the_steps() -> None:
 
     worker = threading.Thread(target=later)
     worker.start()
-    started.wait(30)
+    assert started.wait(HANG_S)
     # The later call is parked until `earlier` settles: nothing it does runs before.
-    for _ in range(200):
-        if rt.core._parked:  # noqa: SLF001 - observing the core's parking, not timing
-            break
-        threading.Event().wait(0.01)
+    wait_until(
+        lambda: rt.core._parked or not worker.is_alive(),  # noqa: SLF001 - the core's parking
+        "the later call is parked",
+    )
+    assert rt.core._parked, "the later call did not wait"  # noqa: SLF001
     assert order == [] and store == {"x": 1}
     order.append("earlier commits")
     earlier.__exit__(None, None, None)

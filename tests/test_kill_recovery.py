@@ -39,7 +39,7 @@ from atomix.adapters import FileStore, MailboxSink, SQLiteStore
 from atomix.adapters.tools import file_tools, mail_tools, sqlite_tools
 from cli import app  # imported here, so that forked children do not import it again
 
-RUNS = int(os.environ.get("ATOMIX_KILL_RUNS", "50"))  # at least 50 for the issue
+RUNS = int(os.environ.get("ATOMIX_KILL_RUNS", "50"))  # SIGKILLed runs per crash window
 #: window -> does the in-flight transaction commit (True) or abort (False) after recovery
 WINDOWS: dict[str, bool] = {
     "open_phase": False,  # a reversible call ran (result logged or not), or effects staged

@@ -1,10 +1,6 @@
-"""AtomixToolNode on real LangGraph graphs, driven by langchain-core's scripted fake chat model.
-
-The model is not under test: it replays AIMessages with tool calls. The tools act on real
-things under tmp_path: files (bufferable), a booking in a SQLite database with a compensation
-(reversible; triggers keep an audit of every insert and delete), and mail appended to an
-outbox file (irreversible, gated). The runtime is strict, so a call that ran outside every
-transaction would raise OutsideTransaction instead of quietly committing on its own.
+"""AtomixToolNode with boundary "turn" (each node run is a transaction of its own), sync and
+async, on real LangGraph graphs: the tools it offers, what a turn commits, what a failed call
+undoes, and ToolNode's other inputs and prebuilt agents. The world is in langgraph_world.py.
 """
 
 from __future__ import annotations
@@ -12,191 +8,36 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import threading
-from collections.abc import Iterable
-from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import pytest
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.messages import AnyMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool as langchain_tool
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph, add_messages
-from langgraph.prebuilt import create_react_agent, tools_condition
-from langgraph.types import Command, Send, interrupt
+from langgraph.prebuilt import create_react_agent
+from langgraph.types import Send
+from langgraph_world import (
+    FAILING_TURN,
+    HELLO,
+    PARALLEL_TURN,
+    World,
+    agent_graph,
+    atomix_meta,
+    calls,
+    make_world,
+    script,
+    tool_messages,
+)
 
-from atomix import AtomixError, Call, Runtime, TransactionAborted
-from atomix.integrations.langgraph import AtomixToolNode, Boundary, ToolNode
+from atomix import AtomixError, Runtime
+from atomix.integrations.langgraph import AtomixToolNode, ToolNode
 from atomix.schemas import tool_schema
-
-
-class ScriptedChatModel(GenericFakeChatModel):
-    """GenericFakeChatModel has no bind_tools. This one binds tools as a real chat model does
-    (their OpenAI form, through convert_to_openai_tool, passed on with every call) and keeps
-    what it bound, so a test can check what the model was offered."""
-
-    bound: list[dict[str, Any]] = []
-
-    def bind_tools(self, tools: Iterable[Any], **kwargs: Any) -> Runnable[Any, BaseMessage]:
-        self.bound = [convert_to_openai_tool(t) for t in tools]
-        return self.bind(tools=self.bound, **kwargs)
-
-
-def calls(*specs: tuple[str, str, dict[str, Any]]) -> AIMessage:
-    """An AIMessage asking for the given (id, tool, args) calls, all at once."""
-    return AIMessage(
-        content="",
-        tool_calls=[{"id": i, "name": n, "args": a, "type": "tool_call"} for i, n, a in specs],
-    )
-
-
-def script(*turns: AIMessage | str) -> ScriptedChatModel:
-    return ScriptedChatModel(messages=iter(turns))
-
-
-@dataclass
-class World:
-    rt: Runtime
-    files: Path
-    db: Path
-    outbox: Path
-    tools: list[Any]
-    free_barrier: threading.Barrier
-    threads: dict[str, str]
-
-    def bookings(self) -> dict[str, str]:
-        with sqlite3.connect(self.db) as con:
-            return dict(con.execute("SELECT room, guest FROM bookings"))
-
-    def audit(self) -> list[tuple[str, str]]:
-        with sqlite3.connect(self.db) as con:
-            return list(con.execute("SELECT op, room FROM audit ORDER BY n"))
-
-    def mail(self) -> list[dict[str, Any]]:
-        if not self.outbox.exists():
-            return []
-        return [json.loads(line) for line in self.outbox.read_text().splitlines()]
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> World:
-    rt = Runtime(strict=True, timeout=20.0)
-    files = tmp_path / "files"
-    files.mkdir()
-    db = tmp_path / "hotel.db"
-    outbox = tmp_path / "outbox.jsonl"
-    with sqlite3.connect(db) as con:
-        con.executescript(
-            """
-            CREATE TABLE bookings (room TEXT PRIMARY KEY, guest TEXT NOT NULL);
-            CREATE TABLE audit (n INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT, room TEXT);
-            CREATE TRIGGER booked AFTER INSERT ON bookings
-                BEGIN INSERT INTO audit (op, room) VALUES ('insert', NEW.room); END;
-            CREATE TRIGGER cancelled AFTER DELETE ON bookings
-                BEGIN INSERT INTO audit (op, room) VALUES ('delete', OLD.room); END;
-            INSERT INTO bookings VALUES ('101', 'zoe');
-            """
-        )
-    # Two room_free calls of one turn must both be running to pass: proof that a turn's
-    # calls run concurrently (the timeout only keeps a broken test from hanging).
-    barrier = threading.Barrier(2, timeout=30)
-    threads: dict[str, str] = {}
-
-    def write_file(name: str, text: str) -> None:
-        """Write a text file in the workspace.
-
-        Args:
-            name: The file's name, relative to the workspace.
-            text: The file's new content.
-        """
-        (files / name).write_text(text)
-
-    def book_room(room: str, guest: str) -> dict[str, str]:
-        """Book a hotel room for a guest."""
-        with sqlite3.connect(db) as con:
-            con.execute("INSERT INTO bookings VALUES (?, ?)", (room, guest))
-        return {"room": room, "guest": guest}
-
-    def cancel_booking(call: Call) -> None:
-        if call.error is None:  # a failed INSERT left no row
-            with sqlite3.connect(db) as con:
-                con.execute("DELETE FROM bookings WHERE room = ?", (call.args["room"],))
-
-    def send_mail(to: str, subject: str, body: str, idempotency_key: str) -> None:
-        """Send an e-mail."""
-        with outbox.open("a") as out:
-            out.write(json.dumps({"to": to, "subject": subject, "key": idempotency_key}) + "\n")
-
-    def room_free(room: str) -> bool:
-        """Whether a room is free."""
-        threads[room] = threading.current_thread().name
-        barrier.wait()
-        with sqlite3.connect(db) as con:
-            return con.execute("SELECT 1 FROM bookings WHERE room = ?", (room,)).fetchone() is None
-
-    async def room_rate(room: str) -> int:
-        """The nightly rate of a room, in euros."""
-        await asyncio.sleep(0)
-        return 80 + int(room) % 7
-
-    tools = [
-        rt.tool(write_file, effect="bufferable", writes=f"fs:{files}/{{name}}"),
-        rt.tool(
-            book_room,
-            effect="reversible",
-            writes="sqlite:bookings:{room}",
-            compensate=cancel_booking,
-        ),
-        rt.tool(send_mail, effect="irreversible", writes="mail:{to}"),
-        rt.tool(room_free, reads="sqlite:bookings:{room}"),
-        rt.tool(room_rate, reads="sqlite:bookings:{room}"),
-    ]
-    return World(rt, files, db, outbox, tools, barrier, threads)
-
-
-def agent_graph(model: ScriptedChatModel, node: AtomixToolNode, checkpointer: Any = None) -> Any:
-    """The usual tool-calling loop: agent -> tools -> agent, until no tool call is left."""
-    bound = model.bind_tools(node.tools)
-
-    def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
-        return {"messages": [bound.invoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", node)
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    return graph.compile(checkpointer=checkpointer)
-
-
-def tool_messages(result: dict[str, Any]) -> list[ToolMessage]:
-    return [m for m in result["messages"] if isinstance(m, ToolMessage)]
-
-
-def atomix_meta(msg: ToolMessage) -> dict[str, Any]:
-    return msg.response_metadata["atomix"]
-
-
-HELLO = {"to": "ann@example.com", "subject": "Your booking", "body": "Room 102 is yours."}
-PARALLEL_TURN = calls(
-    ("c1", "room_free", {"room": "103"}),
-    ("c2", "write_file", {"name": "a.txt", "text": "alpha"}),
-    ("c3", "book_room", {"room": "102", "guest": "ann"}),
-    ("c4", "send_mail", HELLO),
-    ("c5", "room_free", {"room": "104"}),
-)
-FAILING_TURN = calls(
-    ("f1", "write_file", {"name": "c.txt", "text": "gamma"}),
-    ("f2", "book_room", {"room": "102", "guest": "ann"}),
-    ("f3", "send_mail", HELLO),
-    ("f4", "book_room", {"room": "101", "guest": "bob"}),  # 101 is zoe's: UNIQUE fails
-)
+    return make_world(tmp_path)
 
 
 # ------------------------------------------------------------------------ the tool schemas
@@ -379,118 +220,6 @@ def test_a_turn_inside_an_open_transaction_is_a_savepoint_of_it(world: World) ->
     assert not (world.files / "c.txt").exists() and world.mail() == []
 
 
-# ------------------------------------------------------------------------ boundary "graph"
-TWO_TURNS = (
-    calls(
-        ("g1", "write_file", {"name": "plan.txt", "text": "trip"}),
-        ("g2", "book_room", {"room": "102", "guest": "ann"}),
-    ),
-    calls(
-        ("g3", "send_mail", HELLO),
-        ("g4", "write_file", {"name": "notes.txt", "text": "sent"}),
-    ),
-    "Booked and mailed.",
-)
-
-
-def test_graph_boundary_spanning_two_turns_aborted_at_the_end_drops_both(world: World) -> None:
-    node = AtomixToolNode(world.tools, world.rt, boundary="graph")
-    graph = agent_graph(script(*TWO_TURNS), node)
-
-    with node.transaction() as run:
-        result = graph.invoke({"messages": [HumanMessage("plan a trip")]})
-        # in flight: the booking is made, the writes and the mail wait for the commit
-        assert world.bookings() == {"101": "zoe", "102": "ann"}
-        assert not (world.files / "plan.txt").exists() and world.mail() == []
-        run.abort("the user cancelled")
-
-    msgs = tool_messages(result)
-    assert [m.tool_call_id for m in msgs] == ["g1", "g2", "g3", "g4"]
-    assert all(m.status == "success" for m in msgs)
-    assert {(atomix_meta(m)["txid"], atomix_meta(m)["outcome"]) for m in msgs} == {
-        (run.txid, "open")
-    }
-    assert run.settlement is not None and run.settlement.outcome == "aborted"
-    assert run.settlement.detail == "the user cancelled"
-    assert world.audit() == [("insert", "101"), ("insert", "102"), ("delete", "102")]
-    assert world.bookings() == {"101": "zoe"}
-    assert not (world.files / "plan.txt").exists() and not (world.files / "notes.txt").exists()
-    assert world.mail() == []
-
-
-def test_graph_boundary_commits_both_turns_when_the_block_ends_cleanly(world: World) -> None:
-    node = AtomixToolNode(world.tools, world.rt, boundary="graph")
-    with node.transaction() as run:
-        agent_graph(script(*TWO_TURNS), node).invoke({"messages": []})
-    assert run.settlement is not None and run.settlement.committed
-    assert (world.files / "plan.txt").read_text() == "trip"
-    assert (world.files / "notes.txt").read_text() == "sent"
-    assert world.bookings() == {"101": "zoe", "102": "ann"}
-    assert len(world.mail()) == 1
-
-
-def test_graph_boundary_a_failed_call_aborts_the_run_and_the_block_says_so(world: World) -> None:
-    node = AtomixToolNode(world.tools, world.rt, boundary="graph")
-    later = calls(("l1", "write_file", {"name": "later.txt", "text": "x"}))
-    graph = agent_graph(script(FAILING_TURN, later, "giving up"), node)
-    with pytest.raises(TransactionAborted, match="tool_failure") as raised:
-        with node.transaction():
-            result = graph.invoke({"messages": []})
-    msgs = tool_messages(result)
-    assert all(m.status == "error" for m in msgs)
-    assert {atomix_meta(m)["outcome"] for m in msgs} == {"aborted"}
-    # the call after the abort did not run in some other transaction: it failed, saying why
-    assert msgs[-1].tool_call_id == "l1" and "aborted" in msgs[-1].content
-    assert raised.value.settlement.abort_source == "tool_failure"
-    assert world.bookings() == {"101": "zoe"}
-    assert world.mail() == [] and not list(world.files.iterdir())
-
-
-def test_graph_boundary_without_its_block_is_a_clear_error(world: World) -> None:
-    node = AtomixToolNode(world.tools, world.rt, boundary="graph")
-    graph = agent_graph(script(PARALLEL_TURN, "x"), node)
-    with pytest.raises(AtomixError, match=r"boundary='graph': run the graph inside `with node"):
-        graph.invoke({"messages": []})
-    turn_node = AtomixToolNode(world.tools, world.rt)
-    with pytest.raises(AtomixError, match="is for boundary='graph'"):
-        with turn_node.transaction():
-            pass
-    assert world.rt.settlements == [] and world.mail() == []
-
-
-@pytest.mark.parametrize("boundary", ["turn", "graph"])
-def test_an_interrupt_in_a_tool_undoes_its_turn_so_the_resumed_node_books_once(
-    world: World, boundary: Boundary
-) -> None:
-    def confirm(question: str) -> str:
-        """Ask the user to confirm."""
-        return str(interrupt(question))
-
-    node = AtomixToolNode([*world.tools, world.rt.tool(confirm)], world.rt, boundary=boundary)
-    turn = calls(
-        ("i1", "book_room", {"room": "102", "guest": "ann"}),
-        ("i2", "confirm", {"question": "Book 102?"}),
-        ("i3", "send_mail", HELLO),
-    )
-    graph = agent_graph(script(turn, "Booked."), node, checkpointer=InMemorySaver())
-    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
-    with node.transaction() if boundary == "graph" else nullcontext():
-        first = graph.invoke({"messages": []}, config)
-        assert [i.value for i in first["__interrupt__"]] == ["Book 102?"]
-        # the interrupted turn was undone: its booking compensated, its mail dropped
-        assert world.bookings() == {"101": "zoe"} and world.mail() == []
-        result = graph.invoke(Command(resume="yes"), config)
-    msgs = tool_messages(result)
-    assert [(m.tool_call_id, m.status) for m in msgs] == [
-        ("i1", "success"), ("i2", "success"), ("i3", "success")
-    ]
-    assert msgs[1].content == "yes"
-    # booked, undone at the interrupt, booked again on resume: one booking, one mail
-    assert world.audit() == [("insert", "101"), ("insert", "102"), ("delete", "102"), ("insert", "102")]
-    assert world.bookings() == {"101": "zoe", "102": "ann"}
-    assert len(world.mail()) == 1
-
-
 # ------------------------------------------------------------------------------- async
 def test_async_graph_runs_parallel_calls_in_one_transaction(world: World) -> None:
     node = AtomixToolNode(world.tools, world.rt)
@@ -519,23 +248,6 @@ def test_async_graph_runs_parallel_calls_in_one_transaction(world: World) -> Non
     assert not (world.files / "c.txt").exists()
     assert [s.outcome for s in world.rt.settlements] == ["committed", "aborted"]
 
-
-def test_async_graph_boundary_aborted_drops_both_turns(world: World) -> None:
-    node = AtomixToolNode(world.tools, world.rt, boundary="graph")
-    graph = agent_graph(script(*TWO_TURNS), node)
-
-    async def run_and_abort() -> tuple[dict[str, Any], Any]:
-        async with node.atransaction() as run:
-            result = await graph.ainvoke({"messages": []})
-            assert world.bookings() == {"101": "zoe", "102": "ann"}
-            await run.aabort()
-        return result, run
-
-    result, run = asyncio.run(run_and_abort())
-    assert [m.tool_call_id for m in tool_messages(result)] == ["g1", "g2", "g3", "g4"]
-    assert run.settlement.outcome == "aborted"
-    assert world.bookings() == {"101": "zoe"} and world.mail() == []
-    assert not list(world.files.iterdir())
 
 
 # ------------------------------------------------------------------ the prebuilt agent
@@ -592,18 +304,3 @@ def test_the_node_takes_a_message_list_state_and_bare_tool_calls(world: World) -
     assert world.bookings()["105"] == "cy"
     assert not (world.files / "t.txt").exists() and not (world.files / "u.txt").exists()
 
-
-def test_a_synchronous_graph_transaction_spans_an_async_run_too(world: World) -> None:
-    node = AtomixToolNode(world.tools, world.rt, boundary="graph")
-    graph = agent_graph(script(*TWO_TURNS), node)
-    with node.transaction() as run:
-        result = asyncio.run(graph.ainvoke({"messages": []}))
-        assert world.bookings() == {"101": "zoe", "102": "ann"}
-        run.abort()
-    msgs = tool_messages(result)
-    assert [(m.tool_call_id, m.status) for m in msgs] == [
-        ("g1", "success"), ("g2", "success"), ("g3", "success"), ("g4", "success")
-    ]
-    assert {atomix_meta(m)["txid"] for m in msgs} == {run.txid}
-    assert world.bookings() == {"101": "zoe"} and world.mail() == []
-    assert not list(world.files.iterdir())

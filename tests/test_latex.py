@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from harness.analysis.latex import Layout, choose_layout, compile_tex, overfull_pt, table_latex
-from harness.analysis.report import TableSpec, build_table, records_frame
+from harness.analysis.records import records_frame
+from harness.analysis.table import TableSpec, build_table
 
 HAVE_LATEX = shutil.which("pdflatex") is not None
 MODES = ["tx-full", "no-frontier", "saga", "checkpoint-replay", "occ", "tcc", "mutex-wal",

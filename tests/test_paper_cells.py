@@ -1,4 +1,4 @@
-"""The paper's cells as data (harness/paper/paper_cells.csv), checked against the paper's text.
+"""The paper's cells as data (harness/experiment/paper_cells.csv), checked against the paper's text.
 
 Structural tests read only the repository. Text-matching tests need the paper's text
 extraction next to the checkout and are skipped without it (CI clones only the repository):
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.paper.cells import CELLS_PATH, PaperCell, load_cells, parse_number, tables
+from harness.experiment.paper_cells import CELLS_PATH, PaperCell, load_cells, parse_number, tables
 
 PAPER = Path(__file__).resolve().parents[2] / "shared" / "paper" / "atomix-paper.txt"
 RESULT_TABLES = {1, 2, 3, *range(5, 22)}

@@ -9,7 +9,8 @@ import matplotlib as mpl
 import pytest
 
 from harness.analysis import plots
-from harness.analysis.report import TableSpec, build_table, records_frame
+from harness.analysis.records import records_frame
+from harness.analysis.table import TableSpec, build_table
 
 
 def _records(modes: list[str], fps: list[float], classes: list[str], n: int = 6) -> list[dict]:

@@ -1,4 +1,5 @@
-"""Tests for harness.analysis.report: tables, renderers and byte-reproducible plots."""
+"""Tests of the report stack (records, table, render, report): tables, renderers and
+byte-reproducible plots."""
 
 from __future__ import annotations
 
@@ -12,21 +13,11 @@ import pandas as pd
 import pytest
 from rich.table import Table as RichTable
 
-from harness.analysis.report import (
-    PlotSpec,
-    TableSpec,
-    bar_plot,
-    build_table,
-    line_plot,
-    read_records,
-    records_frame,
-    to_csv,
-    to_latex,
-    to_markdown,
-    to_rich,
-    write_report,
-    write_table,
-)
+from harness.analysis.plots import bar_plot, line_plot
+from harness.analysis.records import records_frame
+from harness.analysis.render import to_csv, to_latex, to_markdown, to_rich, write_table
+from harness.analysis.report import PlotSpec, write_report
+from harness.analysis.table import TableSpec, build_table
 
 # (mode, fp) -> (clean successes, n, leaks per trial pattern, wait_ms values)
 CLEAN = {
@@ -125,18 +116,6 @@ def test_records_frame_list_cell_params_are_groupable() -> None:
     df = records_frame([rec])
     assert df.loc[0, "cell.classes"] == '["F2", "F4"]'
     assert df.loc[0, "cell_id"] == 'classes=["F2", "F4"]'  # derived when absent
-
-
-def test_read_records_roundtrip(tmp_path: Path) -> None:
-    import json
-
-    path = tmp_path / "trials.jsonl"
-    recs = make_records()[:5]
-    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n\n", encoding="utf-8")
-    assert read_records(path) == recs
-    path.write_text("{not json}\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=":1:"):
-        read_records(path)
 
 
 # --------------------------------------------------------------------------- tables

@@ -26,16 +26,18 @@ from harness.workloads.retail import (
     restore,
     snapshot,
 )
-from harness.workloads.retail.data import (
-    GENERATED_ORDER_PREFIX,
+from harness.workloads.retail.cow import (
     FrozenDict,
     FrozenList,
     RecordTable,
-    _full_sha256,
     cow_db,
     fork_db,
-    pending_orders,
     pristine,
+)
+from harness.workloads.retail.data import (
+    GENERATED_ORDER_PREFIX,
+    full_sha256,
+    pending_orders,
     with_pending_orders,
 )
 from harness.workloads.retail.substrate import RetailStore
@@ -48,7 +50,7 @@ from harness.workloads.retail.workload import (
 from harness.world.substrates import MemorySQLiteStore, TrialEnv, ram_dir
 
 DATA = load_retail()
-PRISTINE_SHA = _full_sha256(DATA.db)
+PRISTINE_SHA = full_sha256(DATA.db)
 PENDING = pending_orders(DATA.db)
 DELIVERED = tuple(sorted(o for o, r in DATA.db["orders"].items() if r["status"] == "delivered"))
 USERS = tuple(sorted(DATA.db["users"]))
@@ -76,7 +78,7 @@ def test_a_trials_writes_reach_neither_the_pristine_db_nor_another_trial() -> No
     assert two["users"][USERS[0]]["name"] == DATA.db["users"][USERS[0]]["name"]
     assert db_sha256(two) == PRISTINE_SHA == pristine(DATA).sha256_hex
     assert db_sha256(cow_db(DATA)) == PRISTINE_SHA
-    assert _full_sha256(DATA.db) == PRISTINE_SHA
+    assert full_sha256(DATA.db) == PRISTINE_SHA
     assert db_sha256(one) != PRISTINE_SHA
 
 
@@ -118,7 +120,7 @@ def test_a_table_behaves_like_a_plain_dict_of_records() -> None:
     assert dict(db["users"].items()) == plain["users"] and db["users"] == plain["users"]
     assert USERS[5] not in db["users"] and "zz_new" in db["users"]
     assert db["users"].get(USERS[5]) is None and db["users"].get("zz_new") == {"user_id": "zz_new"}
-    assert db_sha256(db) == _full_sha256(plain)  # records added and removed: the full path
+    assert db_sha256(db) == full_sha256(plain)  # records added and removed: the full path
 
 
 def test_fork_is_independent_of_its_origin() -> None:
@@ -208,7 +210,7 @@ def test_random_tool_sequences_match_a_plain_db_and_its_full_hash(data: Any) -> 
             restore(plain, plain_image)
         touched = {(t, k) for t in ("orders", "users", "products") for k, _ in cow[t].local_items()}
         assert all(cow[t][k] == plain[t][k] for t, k in touched)
-    assert db_sha256(cow) == _full_sha256(plain) == _full_sha256(_plain(cow))
+    assert db_sha256(cow) == full_sha256(plain) == full_sha256(_plain(cow))
     assert _plain(cow) == plain
     assert db_sha256(cow_db(DATA)) == PRISTINE_SHA  # nothing leaked into the shared DB
 
@@ -227,7 +229,7 @@ def test_a_cached_final_state_is_still_the_exact_hash() -> None:
         for d in (db, plain):
             call_tool(d, "modify_pending_order_payment",
                       {"order_id": "#W1080318", "payment_method_id": "gift_card_3749819"})
-        assert db_sha256(db) == _full_sha256(plain)
+        assert db_sha256(db) == full_sha256(plain)
 
 
 # --- generated pending orders ------------------------------------------------------------------
@@ -268,7 +270,7 @@ def test_generated_orders_work_with_the_tools_and_the_hash() -> None:
         call_tool(d, "modify_pending_order_address", {"order_id": order_id, **ADDRESS})
         call_tool(d, "cancel_pending_order", {"order_id": f"{GENERATED_ORDER_PREFIX}0000008",
                                               "reason": "ordered by mistake"})
-    assert db_sha256(cow) == _full_sha256(plain)
+    assert db_sha256(cow) == full_sha256(plain)
 
 
 def _contention(mode: str, agents: int, disjoint: bool = True, **extra: Any) -> dict[str, Any]:

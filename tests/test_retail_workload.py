@@ -9,7 +9,7 @@ import pytest
 
 from harness.experiment.config import ConfigError, load_config
 from harness.experiment.trial import TrialSpec, run_trial
-from harness.modes.base import modes
+from harness.modes.registry import modes
 from harness.workloads.retail import goal_db, load_retail
 from harness.workloads.retail.workload import TauRetailWorkload
 

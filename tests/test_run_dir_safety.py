@@ -1,5 +1,5 @@
 """A run directory under concurrent use and damage: the lock, damaged and foreign records, a
-damaged manifest, a read-only or full disk, and `atomix runs` (issue 17, parts 3 and 4)."""
+damaged manifest, a read-only or full disk, and `atomix runs`."""
 
 from __future__ import annotations
 
@@ -9,20 +9,26 @@ import os
 import shutil
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from typer.testing import CliRunner
+from support import (
+    HANG_S,
+    count_records,
+    frozen,
+    invoke,
+    manifest,
+    proc_done,
+    read_records,
+    wait_until,
+    without_timings,
+    write_yaml,
+)
 
 import harness.experiment.runner
-from cli import app
 from harness.experiment.rundir import LOCK, Holder, RunLock, list_runs, scan_records
-
-ROOT = Path(__file__).resolve().parents[1]
-runner = CliRunner()
 
 CONFIG: dict[str, Any] = {
     "name": "tiny",
@@ -38,28 +44,7 @@ TOTAL = 2 * 3 * 2
 
 
 def write_config(directory: Path, data: dict[str, Any] | None = None) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{(data or CONFIG)['name']}.yaml"
-    path.write_text(yaml.safe_dump(data or CONFIG, sort_keys=False), encoding="utf-8")
-    return path
-
-
-def invoke(*args: Any) -> Any:
-    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
-def cli(*args: Any, **kw: Any) -> subprocess.Popen[str]:
-    """`python -m cli ARGS` as its own process (what a user runs)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "300"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "cli", *map(str, args)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kw,
-    )
+    return write_yaml(directory / f"{(data or CONFIG)['name']}.yaml", data or CONFIG)
 
 
 def lines(run_dir: Path) -> list[str]:
@@ -71,12 +56,7 @@ def keys(run_dir: Path) -> list[str]:
 
 
 def stripped(run_dir: Path) -> list[dict[str, Any]]:
-    recs = [json.loads(line) for line in lines(run_dir)]
-    return sorted(({k: v for k, v in r.items() if k != "timings"} for r in recs), key=lambda r: r["key"])
-
-
-def manifest(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    return without_timings(read_records(run_dir / "trials.jsonl"))
 
 
 def cut(line: str) -> str:
@@ -106,26 +86,59 @@ def copy(finished: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
 # -- the lock ---------------------------------------------------------------------------------
 
 
-def test_two_resumes_at_once_one_runs_the_other_exits_2_naming_its_pid(tmp_path: Path) -> None:
+def test_two_resumes_at_once_one_runs_the_other_exits_2_naming_its_pid(
+    tmp_path: Path, results_dir: Path, atomix_cli: Callable[..., subprocess.Popen[str]]
+) -> None:
     data = {**CONFIG, "name": "conc", "trials": 40, "grid": {"faults.rate": [0.1, 0.3]}}
     config = write_config(tmp_path, data)
-    out = tmp_path / "results"
-    first = cli("run", config, "--out", out, "--jobs", 1)
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(
-        p.stat().st_size > 2000 for p in out.glob("conc/*/trials.jsonl")
-    ):
-        time.sleep(0.05)
-    first.terminate()  # SIGTERM: a resumable run
-    _, err = first.communicate(timeout=30)
+    out = results_dir
+    first = atomix_cli("run", config, "--out", out, "--jobs", 1)
+    wait_until(
+        lambda: proc_done(first.pid)
+        or any(p.stat().st_size > 2000 for p in out.glob("conc/*/trials.jsonl")),
+        "the first run wrote a few records",
+    )
+    with frozen(first.pid):  # so that the SIGTERM lands mid-run, as checked here
+        assert not proc_done(first.pid), f"the run ended first: {first.communicate()}"
+        assert 0 < sum(count_records(p) for p in out.glob("conc/*/trials.jsonl")) < 160
+        first.terminate()  # SIGTERM: a resumable run
+    _, err = first.communicate(timeout=HANG_S)
     assert first.returncode == 143 and "Traceback" not in err, err
     (run_dir,) = [p.parent for p in out.glob("conc/*/manifest.json")]
     assert manifest(run_dir)["status"] == "interrupted"
     before = len(keys(run_dir))
     assert 0 < before < 160
 
-    both = [cli("run", config, "--resume", run_dir, "--jobs", 1) for _ in range(2)]
-    results = [(p.pid, *p.communicate(timeout=120), p.returncode) for p in both]
+    both = [atomix_cli("run", config, "--resume", run_dir, "--jobs", 1) for _ in range(2)]
+    pids = {p.pid for p in both}
+
+    def holder() -> int | None:
+        """The pid of whichever of the two holds the lock (named in run.lock) now."""
+        try:
+            named = Holder.parse((run_dir / LOCK).read_text())
+        except OSError:
+            return None
+        return named.pid if named is not None and named.pid in pids else None
+
+    # The first of the two to take the lock is frozen while it holds it (a resume of the
+    # last ~150 trials holds it for a second or two; on a loaded machine the other can take
+    # longer than that just to start, and then finds a finished run and exits 0), so the
+    # other meets a held lock however the two start-ups interleave.
+    first_holder = wait_until(
+        lambda: holder() or all(proc_done(p.pid) for p in both), "one of the two took the lock"
+    )
+    assert first_holder in pids, [(p.pid, p.communicate()) for p in both]
+    (holding,) = [p for p in both if p.pid == first_holder]
+    (other,) = [p for p in both if p is not holding]
+    with frozen(holding.pid):
+        # Still its name: the lock file is emptied before the lock is let go.
+        assert holder() == holding.pid, "it let the lock go before it could be held"
+        other_out, other_err = other.communicate(timeout=HANG_S)
+    holding_out, holding_err = holding.communicate(timeout=300)
+    results = [
+        (holding.pid, holding_out, holding_err, holding.returncode),
+        (other.pid, other_out, other_err, other.returncode),
+    ]
     codes = sorted(r[3] for r in results)
     assert codes == [0, 2], [(r[0], r[3], r[2][-500:]) for r in results]
     (winner,) = [r for r in results if r[3] == 0]

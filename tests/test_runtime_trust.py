@@ -1,6 +1,6 @@
-"""What a real agent needs to trust the runtime (issue 13, parts 2, 4, 5 and 6), through the
-public API only: keys unique across processes, calls from worker threads, loud failures,
-nested transactions as savepoints. Each test failed on the runtime before these parts."""
+"""What a real agent needs to trust the runtime, through the public API only: keys unique
+across processes, calls from worker threads, loud failures, nested transactions as
+savepoints. Each test failed on an earlier runtime that lacked the behaviour it checks."""
 
 from __future__ import annotations
 

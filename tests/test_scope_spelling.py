@@ -1,4 +1,4 @@
-"""One canonical spelling per resource (issue 13, part 8), through the public API.
+"""One canonical spelling per resource, through the public API.
 
 A user's scope template and an adapter's scope for one resource must be one scope, so that
 their transactions are ordered; a template's values must not escape its root; a malformed
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import HANG_S, wait_until
 
 from atomix import AtomixError, Runtime, ScopeError, ToolDefinitionError
 from atomix.adapters import MailboxSink, SQLiteStore
@@ -36,7 +37,7 @@ def _second_waits_for_first(
     go = threading.Event()
 
     def later() -> None:
-        go.wait(10)
+        go.wait(HANG_S)
         with rt.transaction():
             second()
         order.append("second")
@@ -47,10 +48,14 @@ def _second_waits_for_first(
     with rt.transaction():
         first()
         go.set()
-        worker.join(0.5)
+        # It parks until this one commits (had it not waited, it would have finished).
+        wait_until(
+            lambda: rt.coordinator._wakers or not worker.is_alive(),
+            "the later transaction waits or ends",
+        )
         assert worker.is_alive(), "the later transaction did not wait for the earlier one"
         order.append("first")
-    worker.join(10)
+    worker.join(HANG_S)
     assert not worker.is_alive() and order == ["first", "second"]
 
 

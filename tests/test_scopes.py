@@ -15,18 +15,9 @@ from hypothesis import strategies as st
 
 import atomix
 from atomix.errors import ScopeError
-from atomix.scopes import (
-    CANONICAL,
-    NAIVE,
-    Scope,
-    ScopePolicy,
-    fs_scope,
-    naive_scope,
-    named_scope,
-    parse_scope,
-    sqlite_scope,
-    url_scope,
-)
+from atomix.scope_kinds import fs_scope, naive_scope, named_scope, sqlite_scope, url_scope
+from atomix.scope_parsing import CANONICAL, NAIVE, ScopePolicy, parse_scope
+from atomix.scopes import Scope
 
 _PACKAGE_ROOT = str(Path(atomix.__file__).resolve().parents[1])
 
@@ -380,7 +371,7 @@ def test_pickle_rehashes_in_another_process() -> None:
     s = named_scope("retail:order:1")
     code = (
         "import pickle, sys\n"
-        "from atomix.scopes import named_scope\n"
+        "from atomix.scope_kinds import named_scope\n"
         "s = pickle.loads(sys.stdin.buffer.read())\n"
         "assert {named_scope('retail:order:1'): 1}[s] == 1\n"
         "assert hash(s) == hash(named_scope('retail:order:1'))\n"

@@ -1,8 +1,8 @@
-"""Shared reads (issue 16, item 2): reads never conflict with reads, so a transaction that
-only reads a scope never waits for an earlier reader of it, open, sealed or waiting. What
-still orders transactions is a write: a writer waits for every earlier access to what it
-writes, a reader for earlier writers, and a read that a later commit overtook is stale
-(version validation at commit, or abort-on-stale for a late access; DESIGN.md §2).
+"""Shared reads: reads never conflict with reads, so a transaction that only reads a scope never
+waits for an earlier reader of it, open, sealed or waiting. What still orders transactions is a
+write: a writer waits for every earlier access to what it writes, a reader for earlier writers,
+and a read that a later commit overtook is stale (version validation at commit, or
+abort-on-stale for a late access; docs/design.md, "The model").
 
 These drive the core directly (the protocol is the core's) and once through the threaded
 runtime, where a regression would block instead of returning a Wait.

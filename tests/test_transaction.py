@@ -10,7 +10,7 @@ import pytest
 from atomix.effects import AbortSource, Effect, EffectClass
 from atomix.errors import IllegalTransition
 from atomix.manager import TransactionManager
-from atomix.scopes import parse_scope
+from atomix.scope_parsing import parse_scope
 from atomix.transaction import TERMINAL, TRANSITIONS, Transaction, TxEvent, TxState, next_state
 
 ALL_PAIRS = list(itertools.product(TxState, TxEvent))

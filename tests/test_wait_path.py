@@ -1,5 +1,5 @@
-"""The wait path (issue 16, item 1): a settle wakes only the waiters it unblocks, so the work
-of a settle follows what changed, not how many transactions wait.
+"""The wait path: a settle wakes only the waiters it unblocks, so the work of a settle follows
+what changed, not how many transactions wait.
 
 A Wait names every earlier transaction in the way (`blockers`) and parks the waiter on the
 latest of them in each queue it waits in (`wake_on`); `finish` lists a waiter once all it is
