@@ -224,3 +224,100 @@ def test_n_is_stated_in_the_table_or_caption() -> None:
     for cell in load_cells():
         if cell.n is not None:
             assert str(cell.n) in _tokens(blocks[cell.table][1]), cell
+
+
+# -- every number printed on a result table's row is a cell, or is listed here with a reason --
+
+#: Fields the text extraction prints with a stray leading digit: the LaTeX source pads a short
+#: value with an invisible digit so that the column's decimal points line up (``0.0`` under
+#: ``112.3``, ``92`` under ``115``), and the extraction prints that digit. (table, row) -> the
+#: field as printed; its first number is the padding, not a value, and its second is the cell.
+#: That the padding is no digit of the value shows in the rows themselves: each of these
+#: Table 1 rows blocks 0% of its tasks, so its mean wait is 0.0 ms, not 10.0.
+ALIGNMENT_PADDING: dict[tuple[int, str], str] = {
+    (1, "Tx-Full"): "1 0.0",
+    (1, "Per-Call-Lock"): "1 0.0",
+    (1, "OCC-Revalidate-and-Retry"): "1 0.0",
+    (1, "No-Tx"): "1 0.0",
+    (3, "Tx-Full"): "1 0.1",
+    (3, "OCC"): "1 0.0",
+    (3, "TCC-Confirm"): "1 0.1",
+    (3, "Mutex+WAL+Rollback"): "1 0.4",
+    (11, "Tx-Full (control)"): "1 0.0",
+    (11, "Tx-NoScopeOnRead"): "1 0.0",
+    (11, "Tx-NoAbortOnStale"): "1 0.0",
+    (14, "Saga-Compensation"): "0 92",
+}
+
+# "20/30" and "0/200": a count over the N it was counted of.
+_FRACTION = re.compile(r"(\d+)/(\d+)")
+
+
+def _data_lines(body: list[str]) -> list[tuple[str, list[str]]]:
+    """(row label, its value fields) of every row line of a table body: the labelled lines
+    after the header line (the first labelled one; continuation header lines have no label)."""
+    labelled = [ln.split("\t") for ln in body if _delatex(ln.split("\t")[0]).strip()]
+    return [(_delatex(f[0]).strip(), [_delatex(x) for x in f[1:]]) for f in labelled[1:]]
+
+
+def unaccounted_numbers(cells: list[PaperCell], text: str) -> list[tuple[int, str, str, str]]:
+    """(table, row, number, why) for every number printed on a row of a result table that no
+    cell of that row accounts for, and every cell its row does not print.
+
+    A row line's numbers are read in printed order against the row's cells in file order
+    (the paper's order, which the data file keeps). Each number is one of: a number in the
+    row label (``2`` in Table 17's row ``2``, ``10`` in ``E10-OB``), not a cell; the next
+    cell's value; the N of a printed count ``a/N`` whose cell is ``a`` with ``n`` = N
+    (``20/30 = 67%``, ``0/200``); or the alignment padding of ``ALIGNMENT_PADDING``. Where
+    a row prints the same value side by side, a missing cell may be reported at its
+    neighbour's field: the count of unaccounted numbers is exact, the field is a hint."""
+    blocks = _blocks(text)
+    runs: dict[tuple[int, str], list[list[PaperCell]]] = {}
+    for run in _row_runs(cells):
+        runs.setdefault((run[0].table, run[0].row), []).append(run)
+    padding_seen: set[tuple[int, str]] = set()
+    problems: list[tuple[int, str, str, str]] = []
+    for num in sorted(RESULT_TABLES):
+        seen: Counter[str] = Counter()
+        for label, fields in _data_lines(blocks[num][0]):
+            occurrence = seen[label]
+            seen[label] += 1
+            row_runs = runs.get((num, label), [])
+            pending = list(row_runs[occurrence]) if occurrence < len(row_runs) else []
+            for field in fields:
+                tokens = list(_NUMBER.finditer(field))
+                if ALIGNMENT_PADDING.get((num, label)) == field.strip():
+                    padding_seen.add((num, label))
+                    tokens = tokens[1:]
+                # Where each printed a/N puts its N -> its a.
+                counts = {m.start(2): m.group(1) for m in _FRACTION.finditer(field)}
+                last: PaperCell | None = None
+                for match in tokens:
+                    token = match.group()
+                    count = counts.get(match.start())
+                    if last is not None and count == last.value and last.n == int(token):
+                        continue  # the N of a count a/N, stated as the cell's n
+                    if pending and pending[0].value.lstrip("~") == token:
+                        last = pending.pop(0)
+                    else:
+                        problems.append((num, label, token, f"printed in {field.strip()!r}, no cell"))
+            problems += [(num, label, c.value, f"cell {c.column!r} not printed") for c in pending]
+    problems += [
+        (t, row, ALIGNMENT_PADDING[(t, row)], "listed as padding, not printed so")
+        for t, row in sorted(set(ALIGNMENT_PADDING) - padding_seen)
+    ]
+    return problems
+
+
+def test_every_number_on_a_result_row_is_a_cell_or_explained() -> None:
+    """A cell the data file drops (a value the extraction split or merged, say) cannot go
+    unnoticed: every number printed on a row line of a result table is accounted for."""
+    problems = unaccounted_numbers(load_cells(), _paper_text())
+    assert not problems, "\n".join(map(str, problems))
+
+
+def test_the_accounting_notices_a_dropped_cell() -> None:
+    cells = load_cells()
+    dropped = next(c for c in cells if (c.table, c.row, c.column) == (3, "OCC", "Wait (ms)"))
+    problems = unaccounted_numbers([c for c in cells if c is not dropped], _paper_text())
+    assert problems == [(3, "OCC", "0.0", "printed in '1 0.0', no cell")]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +230,33 @@ def test_an_unfinished_run_in_out_is_resumed_not_restarted(tmp_path: Path) -> No
     assert [p.parent for p in out.glob("*/*/manifest.json")] == [run_dir]
     lines = (run_dir / "trials.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 3 * 2 * TINY["trials"]  # cells x modes x trials, each once
+
+
+def test_a_config_whose_agent_needs_a_missing_package_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main install (`pip install .`) has no openai: reproduce skips the LLM config with
+    one line saying why and what to install, and runs the rest."""
+    monkeypatch.setitem(sys.modules, "openai", None)  # `import openai` now fails
+    configs = tmp_path / "configs"
+    write(configs, TINY, "tiny_residue.yaml")
+    llm = configs / "tau_retail_llm.yaml"
+    shutil.copy(CONFIGS / "tau_retail_llm.yaml", llm)
+    with pytest.raises(ConfigError, match="needs the openai package"):
+        load_config(llm)  # what made reproduce exit 2 before it skipped such a config
+    out = tmp_path / "out"
+    args = ["reproduce", "--quick", "--tables", "6,16", "--configs", str(configs),
+            "--out", str(out), "--jobs", "1"]
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    why = "its agent (agent.kind llm) needs the openai package, which is not installed: pip install '.[llm]'"
+    lines = result.output.splitlines()
+    assert [ln for ln in lines if "skipped" in ln] == [f"tau_retail_llm ({llm}): skipped, {why}"]
+    assert any(ln.startswith("tiny_residue: ") and "trials in" in ln for ln in lines)
+    assert [p.parent.parent.name for p in out.glob("*/*/manifest.json")] == ["tiny_residue"]
+    text = (out / "REPRODUCTION.md").read_text(encoding="utf-8")
+    assert f"| `tau_retail_llm` | not run: skipped: {why} | — |" in text
+    assert "| Tx-Full (2 of 3) | GT clean | 589 |" in text  # Table 16 is judged as ever
 
 
 def test_two_configs_may_not_both_reproduce_one_cell(tmp_path: Path) -> None:

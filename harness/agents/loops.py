@@ -5,10 +5,14 @@ the record. A new kind of agent is a class here (or in its own module) plus one 
 - `scripted` (kinds `gold`, `llm-like`): `harness.agents.task.run_agent` with the kind's policy.
 - `llm` (`harness.agents.llm`): a real model; imported only when a config asks for it, since it
   is the one agent that needs an SDK.
+
+A row's `meta["needs"]` maps each package the kind imports beyond the main install to how to
+install it; `missing_packages` says which of them cannot be imported here.
 """
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -19,7 +23,7 @@ from harness.modes.base import AgentContext, TrialMode
 from harness.registry import Entry, Registry
 from harness.world.tooling import ToolDef
 
-__all__ = ["LOOPS", "AgentLoop", "ScriptedLoop", "make_loop"]
+__all__ = ["LOOPS", "AgentLoop", "ScriptedLoop", "make_loop", "missing_packages"]
 
 
 class AgentLoop(Protocol):
@@ -73,8 +77,24 @@ LOOPS: Registry[Any] = Registry("agent kind", [
     Entry("llm-like", "harness.agents.loops:ScriptedLoop",
           "a seeded stochastic model of how LLM agents react to errors (harness.agents.policies)"),
     Entry("llm", "harness.agents.llm:LlmLoop",
-          "a real model behind an OpenAI-compatible endpoint (needs pip install '.[llm]')"),
+          "a real model behind an OpenAI-compatible endpoint (needs pip install '.[llm]')",
+          {"needs": {"openai": "pip install '.[llm]'"}}),
 ])
+
+
+def missing_packages(kind: str) -> dict[str, str]:
+    """Package -> how to install it, for each package agent kind `kind` needs (its row's
+    `meta["needs"]`) that cannot be imported; {} when none is missing or the kind is unknown
+    (loading the config names an unknown kind)."""
+    if kind not in LOOPS:
+        return {}
+    missing: dict[str, str] = {}
+    for package, install in LOOPS.entry(kind).meta.get("needs", {}).items():
+        try:
+            importlib.import_module(package)
+        except ImportError:
+            missing[package] = install
+    return missing
 
 
 def make_loop(spec: Any, scenario: Any, tools: Mapping[str, ToolDef]) -> AgentLoop:

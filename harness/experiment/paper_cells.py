@@ -26,7 +26,11 @@ What the loader guarantees (and ``tests/test_paper_cells.py`` checks):
   (cells average four values of K).
 * ``caption`` is a one-line quote of the caption without its ``Table N:`` prefix, identical
   for every cell of a table.
-* Cells that the text extraction renders ambiguously are left out rather than guessed.
+* Every number printed on a row of a result table is a cell, a part of one (an interval
+  bound, a count's N) or a number of the row label. Where the text extraction prints a
+  value with a stray leading digit, the LaTeX alignment padding of a short value (``"1 0.0"``
+  for 0.0 under 112.3, ``"0 92"`` for 92 under 115), the cell is the value without it;
+  ``tests/test_paper_cells.py`` lists each such field and checks the accounting.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.agents.loops import missing_packages
 from harness.experiment.cells import cell_label
 from harness.experiment.config import ExperimentConfig, load_config
 from harness.experiment.paper_cells import PaperCell, split_part, tables
@@ -39,6 +40,7 @@ __all__ = [
     "quick_trials",
     "selection",
     "sources",
+    "unavailable",
 ]
 
 #: --quick: N = max(QUICK_FLOOR, ceil(trials / QUICK_DIVISOR)), capped at the config's trials.
@@ -104,15 +106,20 @@ class Source:
         return [(i, e) for i, e in enumerate(self.config.paper) if e.table == table]
 
 
-def _paper_tables(path: Path) -> set[int] | None:
-    """The tables a config file's `paper:` section names, read without validating the
-    config (None when the file cannot be read as a mapping: load it to see why)."""
+def _raw(path: Path) -> dict[str, Any] | None:
+    """A config file read as a mapping without validating it (None when it cannot be: load
+    it to see why)."""
     try:
         with path.open("rb") as fh:
             data = load_yaml(fh.read(MAX_BYTES + 1))
     except (OSError, YamlInputError):
         return None
-    if not isinstance(data, dict):
+    return data if isinstance(data, dict) else None
+
+
+def _paper_tables(data: dict[str, Any] | None) -> set[int] | None:
+    """The tables a raw config's `paper:` section names (None when it cannot tell)."""
+    if data is None:
         return None
     entries = data.get("paper") or []
     if not isinstance(entries, list):
@@ -127,14 +134,42 @@ def config_files(configs_dir: Path) -> list[Path]:
     return sorted([*Path(configs_dir).glob("*.yaml"), *Path(configs_dir).glob("*.yml")])
 
 
-def sources(configs_dir: Path, wanted: Iterable[int], quick: bool) -> list[Source]:
+def unavailable(data: dict[str, Any] | None) -> str | None:
+    """Why a raw config cannot run here: its agent kind needs a package that is not
+    installed (what to install is said); None when nothing is missing."""
+    agent = data.get("agent") if data is not None else None
+    kind = agent.get("kind") if isinstance(agent, dict) else None
+    missing = missing_packages(kind) if isinstance(kind, str) else {}
+    if not missing:
+        return None
+    packages = " and ".join(f"the {p} package" for p in missing)
+    verb = "is" if len(missing) == 1 else "are"
+    installs = "; ".join(dict.fromkeys(missing.values()))
+    return f"its agent (agent.kind {kind}) needs {packages}, which {verb} not installed: {installs}"
+
+
+def sources(
+    configs_dir: Path,
+    wanted: Iterable[int],
+    quick: bool,
+    skipped: dict[Path, tuple[str, str]] | None = None,
+) -> list[Source]:
     """Every config under `configs_dir` whose `paper:` section maps one of `wanted`, loaded
-    and checked (ConfigError otherwise), with its trials cut to `quick_trials` if `quick`."""
+    and checked (ConfigError otherwise), with its trials cut to `quick_trials` if `quick`.
+    With `skipped`, a config that cannot run here (`unavailable`) is left out and put there
+    (path -> (its name, why)) instead of failing to load."""
     wanted = set(wanted)
     out: list[Source] = []
     for path in config_files(configs_dir):
-        named = _paper_tables(path)
+        data = _raw(path)
+        named = _paper_tables(data)
         if named is not None and not named & wanted:
+            continue
+        why = unavailable(data) if skipped is not None else None
+        if why is not None:
+            assert skipped is not None
+            name = data.get("name") if data is not None else None
+            skipped[path] = (name if isinstance(name, str) and name else path.stem, why)
             continue
         config = load_config(path)
         if not {e.table for e in config.paper} & wanted:

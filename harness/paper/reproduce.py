@@ -10,8 +10,9 @@ measured by a benchmark instead (``timing``); ``render`` writes the file.
 
 This module decides which configs run and how: a finished run of the same config under the
 output directory is reused, an unfinished one resumed, a config whose agent is a real model
-is never started from here. ``--quick`` runs every config with N = ``quick_trials(trials)``
-(see ``mapping``).
+is never started from here, and a config whose agent kind needs a package that is not
+installed is skipped with one line saying what to install. ``--quick`` runs every config
+with N = ``quick_trials(trials)`` (see ``mapping``).
 """
 
 from __future__ import annotations
@@ -143,7 +144,12 @@ def reproduce(
     start_wall, start_cpu = time.perf_counter(), _cpu_s()
     wanted = sorted(set(wanted or tables()))
     notes = load_notes(notes_path)
-    srcs = sources(configs_dir, wanted, quick)
+    skipped: dict[Path, tuple[str, str]] = {}
+    srcs = sources(configs_dir, wanted, quick, skipped=skipped)
+    not_run: dict[str, str] = {}
+    for path, (name, why) in skipped.items():
+        not_run[name] = f"skipped: {why}"
+        say(f"{name} ({path}): skipped, {why}")
     problems = overlap_problems(srcs)
     names: dict[str, Path] = {}
     for src in srcs:
@@ -159,7 +165,6 @@ def reproduce(
     out = Path(out)
     runs: dict[str, tuple[Path, ExperimentConfig]] = {}
     measurers: dict[str, Measurer] = {}
-    not_run: dict[str, str] = {}
     for src in srcs:
         if src.config.agent.kind == "llm":
             # A real model needs its server: never started from here, but a finished run
