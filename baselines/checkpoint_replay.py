@@ -9,7 +9,7 @@ Known failures: a replayed step re-applies an effect that had landed before the 
 a duplicate; effects of a run that finally gives up stay applied (residue, not reported);
 irreversible sends made before an abort leak; no isolation between agents.
 Versus the paper: Table 9 has checkpoint-replay 100% clean at F2-only fp=0.10; here it is
-lower (`atomix run configs/synthetic_fault_class.yaml`, or `atomix reproduce --tables 9`),
+lower (`atomix reproduce --tables 9` shows it),
 because re-running the failed step (by the agent's step retry or by the replay) re-applies an
 effect that had landed. Table 15 has leaks only for tool-failure and time-out aborts; here any
 abort after a send (a veto included) leaves it sent (`atomix run configs/leakage.yaml`).

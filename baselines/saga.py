@@ -11,7 +11,7 @@ Known failures: a send before the abort leaks (it has no handler and is not repo
 retried F2 or a duplicated delivery is a duplicate once committed, a failed compensation
 leaves (reported) residue, lost updates and dirty reads under contention.
 Versus the paper: Table 9 has saga 100% clean at F2-only fp=0.10 on the synthetic workload;
-here it is lower (`atomix run configs/synthetic_fault_class.yaml`), because the agent retries
+here it is lower (`atomix reproduce --tables 9` shows it), because the agent retries
 a step whose call landed and nothing dedups it. Table 15 has 0 saga leaks on pre-commit veto;
 here a veto comes after the plan ran, so an eager send has already left and leaks like under
 any other abort source (`atomix run configs/leakage.yaml`).
