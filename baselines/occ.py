@@ -15,7 +15,7 @@ has some, with 4 agents and more with 8 (`atomix run configs/tau_contention.yaml
 `invariants` table), from the rollback interleaving above, which its eager, ungated effects
 allow; an OCC that buffered its writes until validation would not show it, but would gate
 effects. Table 9 gives OCC 100% clean at F2-only fp=0.10 on the synthetic workload; ours is
-lower (`atomix run configs/synthetic_fault_class.yaml`), because an F2 applied its effect and
+lower (`atomix reproduce --tables 9` shows it), because an F2 applied its effect and
 the agent's retry, without a key, applies it again.
 Where it wins and loses (seed 2026, llm-like agent with max_steps=30; `atomix run
 configs/tau_retail.yaml`, `configs/tau_retail_notify.yaml` and `configs/tau_stress.yaml` print
