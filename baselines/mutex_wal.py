@@ -4,8 +4,10 @@ irreversible calls held behind an explicit gating predicate.
 Mechanism: a workflow-scoped mutex (not a global lock) serialises the workflow's own calls.
 Before each revocable call its before-image is appended to a WAL file (JSON Lines, fsynced),
 then the call runs directly, without a key. Irreversible calls are queued and sent at commit
-only if the gating predicate holds (commit reached, no step left failed by a fault). Abort
-restores the WAL's before-images newest-first; a failed restore is `reported_residue`.
+only if the gating predicate holds (commit reached, no step left failed by a fault), each
+tried up to `budget.resend` times without a key (natively `settings.apply_attempts`; a
+config's `retries:` may set it). Abort restores the WAL's before-images newest-first; a
+failed restore is `reported_residue`.
 Known failures: duplicates after F2/F4 and after a gated send retried past an ambiguous
 failure (no keys); a before-image captured after an ambiguous apply (a retried step) is that
 apply's own result, so if the earlier restore fails the duplicate stays; nothing orders or
@@ -39,7 +41,14 @@ from typing import Any
 
 from atomix.effects import AbortSource, EffectClass
 from atomix.tools import Ack
-from harness.modes.base import Aborted, AgentContext, ModeSession, ModeSettings, TrialMode
+from harness.modes.base import (
+    Aborted,
+    AgentContext,
+    ModeSession,
+    ModeSettings,
+    RetryBudget,
+    TrialMode,
+)
 from harness.modes.locks import LockManager
 from harness.world import faults
 from harness.world.clock import VirtualClock
@@ -249,14 +258,15 @@ class MutexWalSession(ModeSession):
     async def _send(self, call: ToolCall) -> None:
         ctx, tool, args, site = self.ctx, call.tool, call.args, call.op_id
         delivery = Delivery(None, ctx.meta(site, idem=tool.idempotent))
-        for attempt in range(ctx.settings.apply_attempts):
+        attempts = self.trial.budget.resend
+        for attempt in range(attempts):
             try:
                 ctx.boundary.deliver(site, lambda: tool.run(ctx.env, args, delivery))
                 self.wal.append({"type": "sent", "op": site})
                 return
             except (faults.ToolFault, ToolError):
                 # No key: after an ambiguous failure this retry may send it a second time.
-                if attempt == ctx.settings.apply_attempts - 1:
+                if attempt == attempts - 1:
                     self.failed_sends.append(site)
                     self.wal.append({"type": "send-failed", "op": site})
             finally:
@@ -311,6 +321,12 @@ class MutexWalTrial(TrialMode):
         super().__init__(env, clock, settings)
         self.mutexes = LockManager(clock)
         self.serial = itertools.count(1)
+
+    @classmethod
+    def budget_for(cls, settings: ModeSettings) -> RetryBudget:
+        # Revocable calls run once when made; a gated send is resent (keyless) at commit up
+        # to the apply bound.
+        return RetryBudget(resend=settings.attempts("resend", settings.apply_attempts))
 
     def session(self, ctx: AgentContext) -> MutexWalSession:
         return MutexWalSession(self, ctx)

@@ -1,8 +1,9 @@
 """`retry-only`: direct tool calls wrapped in a bounded retry with exponential backoff.
 
 Mechanism: like no-tx (no idempotency keys; commit and abort do nothing), but the session
-retries a call that raised an injected fault (F1, F2 or F5) up to `settings.step_retries`
-more times (the mode settings; 2 unless the config says otherwise), sleeping `backoff_ms`
+retries a call that raised an injected fault (F1, F2 or F5) until it has made `budget.call`
+deliveries (natively 1 + `settings.step_retries`, so 3 unless the config says otherwise; a
+config's `retries:` may set it), sleeping `backoff_ms`
 times 1, 2, 4, ... on the virtual clock in between, before the fault reaches the agent (whose
 own step retries come on top). A tool's own refusal is not retried.
 Known failures: duplicates after an ambiguous failure (the retry re-applies an effect that had
@@ -24,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from atomix.effects import AbortSource
-from harness.modes.base import AgentContext, ModeSession, TrialMode
+from harness.modes.base import AgentContext, ModeSession, ModeSettings, RetryBudget, TrialMode
 from harness.world import faults
 from harness.world.clock import Sleep
 from harness.world.tooling import ToolCall
@@ -40,7 +41,7 @@ class RetrySession(ModeSession):
     async def call(self, call: ToolCall) -> Any:
         ctx = self.ctx
         delivery = self.keyless(call)
-        retries = ctx.settings.step_retries
+        retries = self.trial.budget.call - 1
         for attempt in range(retries + 1):
             try:
                 return self.deliver(call, delivery)
@@ -62,5 +63,9 @@ class RetrySession(ModeSession):
 
 
 class RetryOnlyTrial(TrialMode):
+    @classmethod
+    def budget_for(cls, settings: ModeSettings) -> RetryBudget:
+        return RetryBudget(call=settings.attempts("call", 1 + settings.step_retries))
+
     def session(self, ctx: AgentContext) -> RetrySession:
         return RetrySession(self, ctx)

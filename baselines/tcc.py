@@ -3,9 +3,10 @@
 Mechanism: reads run at once. An effect-bearing call is *tried*: a round trip delivering the
 tool's `check` (validate, no effect) or a no-op, answered by an acknowledgement. Commit
 *confirms* the tried calls in order, each under its own idempotency key, tried up to
-`settings.apply_attempts` times in all (the mode settings' bound on a commit-time apply, as
-Atomix's; default 8) with exponential backoff; a confirm that still fails stops the rest,
-those confirmed stay, and the transaction aborts (not retryably). Abort *cancels*.
+`budget.confirm` times in all (natively `settings.apply_attempts`, as Atomix's commit-time
+apply; a config's `retries:` may set it) with exponential backoff; a confirm that still fails
+stops the rest, those confirmed stay, and the transaction aborts (not retryably). Abort
+*cancels*.
 The substrates have no reservation primitive, so a try holds nothing and a cancel needs no
 round trip; a confirm can thus fail a precondition that held at try time (a slot filled
 meanwhile) where a service with real reservations would have refused the try instead.
@@ -32,7 +33,14 @@ from typing import Any
 
 from atomix.effects import AbortSource
 from atomix.tools import Ack
-from harness.modes.base import Aborted, AgentContext, ModeSession, TrialMode
+from harness.modes.base import (
+    Aborted,
+    AgentContext,
+    ModeSession,
+    ModeSettings,
+    RetryBudget,
+    TrialMode,
+)
 from harness.world import faults
 from harness.world.clock import Sleep
 from harness.world.tooling import Delivery, ToolCall, ToolError
@@ -71,8 +79,10 @@ class TccSession(ModeSession):
             return await self.call_directly(call)  # a read: no key, nothing to undo
         check = tool.check
         try:
-            # The try is a real round trip to the service, so it can fault like any call.
-            boundary.deliver(site, (lambda: check(env, args)) if check is not None else _no_op)
+            # The try is a real round trip to the service, so it can fault like any call; it is
+            # not the call's effect delivery (the confirm is), hence its own role.
+            try_it = (lambda: check(env, args)) if check is not None else _no_op
+            boundary.deliver(site, try_it, role=faults.Role.TRY)
         finally:
             await boundary.pay()
         key = f"{ctx.trace}:{site}"
@@ -97,7 +107,7 @@ class TccSession(ModeSession):
         ctx, call = self.ctx, tried.call
         tool, args = call.tool, call.args
         delivery = Delivery(tried.key, ctx.meta(call.op_id, idem=tool.idempotent))
-        attempts = ctx.settings.apply_attempts
+        attempts = self.trial.budget.confirm
         for attempt in range(attempts):
             try:
                 ctx.boundary.deliver(call.op_id, lambda: tool.run(ctx.env, args, delivery))
@@ -120,5 +130,10 @@ def _no_op() -> None:
 
 
 class TccTrial(TrialMode):
+    @classmethod
+    def budget_for(cls, settings: ModeSettings) -> RetryBudget:
+        # A try is one round trip; each confirm is retried under its key up to the apply bound.
+        return RetryBudget(confirm=settings.attempts("confirm", settings.apply_attempts))
+
     def session(self, ctx: AgentContext) -> TccSession:
         return TccSession(self, ctx)

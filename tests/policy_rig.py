@@ -21,7 +21,7 @@ from harness.workloads.retail.substrate import RETAIL_TOOLS
 from harness.workloads.retail.workload import TauRetailWorkload
 from harness.world.boundary import Boundary
 from harness.world.clock import VirtualClock
-from harness.world.faults import FaultClass, FaultConfig, FaultInjector, InjectedFault, Point
+from harness.world.faults import FaultClass, FaultConfig, FaultInjector, InjectedFault, Point, Role
 from harness.world.substrates import TrialEnv
 from harness.world.tooling import Delivery, ToolDef
 
@@ -73,27 +73,34 @@ def goal_sha(task_id: str) -> str:
 
 
 class Scripted(FaultInjector):
-    """`script[(point, site)]` is the set of occurrences of that event to fault, with a class."""
+    """`script[(point, site)]` is the set of occurrences of that event to fault, with a class.
+
+    Occurrences are counted per (point, role, site), as the real injector counts them, and a
+    script faults the call's own deliveries (role CALL) only, never an auxiliary round trip.
+    """
 
     def __init__(self, script: dict[tuple[Point, str], tuple[FaultClass, set[int]]] | None = None) -> None:
         super().__init__(FaultConfig(rate=0.0), seed=0, cell="scripted", trial=0)
         self.script = script or {}
-        self.asked: dict[tuple[Point, str], int] = {}
+        self.asked: dict[tuple[Point, Role, str], int] = {}
 
-    def decide(self, point: Point, site: str, *, meta: dict[str, Any] | None = None) -> FaultClass | None:
-        point = Point(point)
-        occurrence = self.asked.get((point, site), 0)
-        self.asked[(point, site)] = occurrence + 1
+    def decide(
+        self, point: Point, site: str, *, role: Role = Role.CALL, agent: str = "",
+        meta: dict[str, Any] | None = None,
+    ) -> FaultClass | None:
+        point, role = Point(point), Role(role)
+        occurrence = self.asked.get((point, role, site), 0)
+        self.asked[(point, role, site)] = occurrence + 1
         index, self.events = self.events, self.events + 1
         fault, when = self.script.get((point, site), (None, set()))
-        if fault is None or occurrence not in when:
+        if fault is None or role is not Role.CALL or occurrence not in when:
             return None
-        self.injected.append(InjectedFault(index, point, site, fault, occurrence))
+        self.injected.append(InjectedFault(index, point, site, fault, occurrence, {}, agent, role))
         return fault
 
     def calls(self, site: str | None = None) -> int:
-        """Forward deliveries that reached the boundary (of one site, or all)."""
-        return sum(n for (p, s), n in self.asked.items() if p is Point.CALL and site in (None, s))
+        """Forward deliveries that reached the boundary (of one site, or all; every role)."""
+        return sum(n for (p, _, s), n in self.asked.items() if p is Point.CALL and site in (None, s))
 
 
 @dataclasses.dataclass
@@ -121,6 +128,9 @@ class Recording:
         self.wrapper_retries = inner.wrapper_retries
         self.seen: list[Failure] = []
         self.decided: list[Decision] = []
+
+    def mistake(self, writes: Any, rng: random.Random) -> Any:
+        return self.inner.mistake(writes, rng)
 
     def react(self, failure: Failure, rng: random.Random) -> Decision:
         self.seen.append(failure)

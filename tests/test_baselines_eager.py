@@ -29,6 +29,7 @@ from harness.world.faults import (
     FaultInjector,
     InjectedFault,
     Point,
+    Role,
     ToolCallFailed,
     ToolTimeout,
 )
@@ -42,23 +43,29 @@ SETTINGS = ModeSettings()
 
 
 class Scripted(FaultInjector):
-    """A hand-made fault scenario: `script[(point, site, occurrence)]` is the fault to inject."""
+    """A hand-made fault scenario: `script[(point, site, occurrence)]` is the fault to inject
+    into the call's own delivery (role CALL), `script[(point, site, occurrence, role)]` into
+    another role's (tcc's try). Occurrences count per (point, role, site), as the injector's."""
 
-    def __init__(self, script: dict[tuple[Point, str, int], FaultClass]) -> None:
+    def __init__(
+        self, script: dict[tuple[Point, str, int] | tuple[Point, str, int, Role], FaultClass]
+    ) -> None:
         super().__init__(FaultConfig(rate=0.0), seed=0, cell="scripted", trial=0)
         self.script = script
-        self.asked: dict[tuple[Point, str], int] = {}
+        self.asked: dict[tuple[Point, Role, str], int] = {}
 
     def decide(
-        self, point: Point, site: str, *, meta: dict[str, Any] | None = None
+        self, point: Point, site: str, *, role: Role = Role.CALL, agent: str = "",
+        meta: dict[str, Any] | None = None,
     ) -> FaultClass | None:
-        point = Point(point)
-        occurrence = self.asked.get((point, site), 0)
-        self.asked[(point, site)] = occurrence + 1
+        point, role = Point(point), Role(role)
+        occurrence = self.asked.get((point, role, site), 0)
+        self.asked[(point, role, site)] = occurrence + 1
         index, self.events = self.events, self.events + 1
-        fault = self.script.get((point, site, occurrence))
+        key = (point, site, occurrence) if role is Role.CALL else (point, site, occurrence, role)
+        fault = self.script.get(key)
         if fault is not None:
-            self.injected.append(InjectedFault(index, point, site, fault, occurrence))
+            self.injected.append(InjectedFault(index, point, site, fault, occurrence, {}, agent, role))
         return fault
 
 
@@ -161,9 +168,9 @@ def test_retry_only_gives_up_after_its_bound_and_pays_every_stall(rig_factory: A
     session = rig.session()
     with pytest.raises(ToolTimeout):
         rig.run(session.call(call("db_put", site, table="rows", k=1, value={"v": 1})))
-    assert rig.boundary.deliveries == 4  # the call and 3 retries
+    assert rig.boundary.deliveries == 3  # the call and settings.step_retries = 2 retries
     stall = FaultConfig().stall_ms
-    assert rig.clock.now == pytest.approx(4 * (LATENCY + stall) + 20 + 40 + 80)
+    assert rig.clock.now == pytest.approx(3 * (LATENCY + stall) + 20 + 40)
     assert rig.env.db.get("rows", 1) is None
 
 
@@ -366,8 +373,8 @@ def test_tcc_confirm_is_deduplicated_by_its_key_under_duplicate_delivery(rig_fac
 
 
 def test_tcc_confirm_retried_after_an_ambiguous_failure_applies_once(rig_factory: Any) -> None:
-    # Occurrence 0 at a site is its try, occurrence 1 its first confirm.
-    rig = rig_factory("tcc", Scripted({(Point.CALL, "a0/t/1", 1): FaultClass.F2}))
+    # The try has its own role, so occurrence 0 of the call's own role is its first confirm.
+    rig = rig_factory("tcc", Scripted({(Point.CALL, "a0/t/1", 0): FaultClass.F2}))
     session = rig.session()
 
     async def scenario() -> None:
@@ -382,7 +389,7 @@ def test_tcc_confirm_retried_after_an_ambiguous_failure_applies_once(rig_factory
 
 
 def test_tcc_failed_confirm_stops_the_rest_and_keeps_those_confirmed(rig_factory: Any) -> None:
-    script = {(Point.CALL, "a0/t/2", 1 + i): FaultClass.F1 for i in range(SETTINGS.apply_attempts)}
+    script = {(Point.CALL, "a0/t/2", i): FaultClass.F1 for i in range(SETTINGS.apply_attempts)}
     rig = rig_factory("tcc", Scripted(script))
     session = rig.session()
 
@@ -401,7 +408,7 @@ def test_tcc_failed_confirm_stops_the_rest_and_keeps_those_confirmed(rig_factory
 
 
 def test_tcc_try_checks_preconditions_and_can_fault(rig_factory: Any) -> None:
-    rig = rig_factory("tcc", Scripted({(Point.CALL, "a0/t/1", 0): FaultClass.F1}))
+    rig = rig_factory("tcc", Scripted({(Point.CALL, "a0/t/1", 0, Role.TRY): FaultClass.F1}))
     rig.env.db.put("slots", 0, {"left": 0, "holders": []})
     session = rig.session()
 

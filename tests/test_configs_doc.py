@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,13 @@ README = Path(__file__).resolve().parents[1] / "configs" / "README.md"
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
-    return (
-        annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
-    )
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    # An optional section (`retries: RetriesModel | None`) documents its model's keys.
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return None
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return _model_of(args[0]) if len(args) == 1 else None
 
 
 def field_paths(model: type[BaseModel] = ExperimentConfig, prefix: str = "") -> dict[str, Any]:

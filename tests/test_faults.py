@@ -22,6 +22,7 @@ from harness.world.faults import (
     FaultConfig,
     FaultInjector,
     Point,
+    Role,
     ToolCallFailed,
     ToolFault,
     ToolTimeout,
@@ -148,6 +149,77 @@ def test_repeated_site_gets_independent_but_deterministic_draws() -> None:
     assert {r["occurrence"] for r in a.records()} == {0, 1}
 
 
+Event = tuple[str, Point, Role, str]  # (agent, point, role, site)
+
+
+def _agent_plan(agent: str) -> list[Event]:
+    # One agent's questions in its own order: reads, a write retried, a try, compensations.
+    plan: list[Event] = []
+    for step in range(12):
+        site = f"{agent}/task/{step}"
+        plan.append((agent, Point.CALL, Role.CALL, site))
+        if step % 3 == 0:
+            plan.append((agent, Point.CALL, Role.TRY, site))
+            plan.append((agent, Point.CALL, Role.CALL, site))  # the same call's second delivery
+        if step % 4 == 1:
+            plan.append((agent, Point.COMPENSATE, Role.CALL, site))
+    return plan
+
+
+def _decisions(inj: FaultInjector, events: list[Event]) -> dict[tuple[object, ...], FaultClass | None]:
+    for agent, point, role, site in events:
+        inj.decide(point, site, role=role, agent=agent)
+    out = {d.key(): d.fault for d in inj.decisions}
+    assert len(out) == len(events)  # every key is asked once
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(order=st.permutations([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2]),
+       chunk=st.integers(min_value=1, max_value=9))
+def test_bernoulli_draw_does_not_depend_on_the_order_of_questions_across_agents(
+    order: list[int], chunk: int
+) -> None:
+    # Three agents ask the same per-agent sequences; only how their questions interleave
+    # differs. Every (agent, point, role, site, occurrence) must get the same decision.
+    plans = {a: _agent_plan(a) for a in ("a0", "a1", "a2")}
+    agents = sorted(plans)
+    alone = {}
+    for a in agents:  # each agent alone, one after the other
+        alone.update(_decisions(injector(rate=0.4), plans[a]))
+    assert any(f is not None for f in alone.values()) and any(f is None for f in alone.values())
+
+    cursors = {a: 0 for a in agents}
+    interleaved: list[Event] = []
+    for which in order * len(plans["a0"]):  # the permutation decides who asks next
+        a = agents[which]
+        take = plans[a][cursors[a]:cursors[a] + chunk]
+        cursors[a] += len(take)
+        interleaved += take
+    for a in agents:  # whatever is left, in agent order
+        interleaved += plans[a][cursors[a]:]
+    assert _decisions(injector(rate=0.4), interleaved) == alone
+
+
+def test_roles_have_their_own_occurrences() -> None:
+    # A try delivered before the call's own delivery must not shift that delivery's draw:
+    # the k-th CALL-role delivery of a site meets the same fault with or without tries.
+    plain, with_tries = injector(rate=0.5), injector(rate=0.5)
+    for i in range(200):
+        plain.decide(Point.CALL, f"a0/t/{i}", agent="a0")
+        with_tries.decide(Point.CALL, f"a0/t/{i}", role=Role.TRY, agent="a0")
+        with_tries.decide(Point.CALL, f"a0/t/{i}", agent="a0")
+    calls = [d for d in with_tries.decisions if d.role is Role.CALL]
+    assert [(d.key(), d.fault) for d in calls] == [(d.key(), d.fault) for d in plain.decisions]
+    # ... and the role and the agent are part of the draw (not merely logged).
+    tries = [d.fault for d in with_tries.decisions if d.role is Role.TRY]
+    assert tries != [d.fault for d in calls]
+    other = injector(rate=0.5)
+    assert [other.decide(Point.CALL, f"a0/t/{i}", agent="a1") for i in range(200)] != [
+        d.fault for d in plain.decisions
+    ]
+
+
 def test_bernoulli_fault_times_do_not_depend_on_class_weights() -> None:
     # Same rate, different classes: the same CALL events fault (only the class differs), so an
     # F2-only cell and an F4-only cell hit the same logical calls.
@@ -266,13 +338,16 @@ def test_records_are_json_ready_and_complete() -> None:
     assert recs == [
         {
             "index": 0,
+            "agent": "",
             "point": "call",
+            "role": "call",
             "site": "a",
             "fault": "F2",
             "occurrence": 0,
             "meta": {"tool": "refund", "mode": "tx-full"},
         },
-        {"index": 2, "point": "call", "site": "a", "fault": "F2", "occurrence": 1, "meta": {}},
+        {"index": 2, "agent": "", "point": "call", "role": "call", "site": "a", "fault": "F2",
+         "occurrence": 1, "meta": {}},
     ]
     assert inj.events == 3
 

@@ -91,8 +91,9 @@ def test_every_mode_sees_the_same_tasks_and_fault_stream() -> None:
     faults = FaultConfig(rate=0.3, classes="F1")
     a = run_trial(TrialSpec("probe", "synthetic", "no-tx", "c", {}, 2, 9, faults=faults))
     b = run_trial(TrialSpec("probe", "synthetic", "saga", "c", {}, 2, 9, faults=faults))
-    # Direct-call modes make the same calls, so the same logical calls fault.
-    assert a["faults"] == b["faults"]
+    # Direct-call modes make the same calls, so the same logical calls fault, until the first
+    # attempt aborts: no-tx stops there, saga compensates and starts over (new calls, own draws).
+    assert a["faults"] and a["faults"] == b["faults"][: len(a["faults"])]
 
 
 def test_one_and_two_workers_give_identical_records(tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ _LATEX_SPECIALS = {
     "|": r"\textbar{}",
     "–": "--",
     "—": "---",
+    "×": r"\texttimes{}",  # budgets in captions (apply×8); not every TeX reads it as input
 }
 
 

@@ -23,6 +23,7 @@ import pandas as pd
 
 __all__ = [
     "BASE_COLUMNS",
+    "B_COLUMNS",
     "EXERCISED_COUNTS",
     "FAULT_CLASSES",
     "REQUIRES",
@@ -170,6 +171,24 @@ X_COLUMNS: tuple[str, ...] = (
     "x.faults_armed",
 )
 
+#: Columns of ``records_frame`` that say a record's ``budget`` (its compact texts; None where a
+#: record written before trials recorded their budget does not say).
+B_COLUMNS: tuple[str, ...] = ("b.mode", "b.agent", "b.retries")
+
+
+def _budget_columns(rec: Mapping[str, Any]) -> dict[str, Any]:
+    # The one spelling of a budget lives with the record's definition (experiment wing).
+    from harness.experiment.budget import agent_text, limits_text, mode_text
+
+    budget = rec.get("budget")
+    if not isinstance(budget, Mapping):
+        return dict.fromkeys(B_COLUMNS)
+    return {
+        "b.mode": mode_text(budget),
+        "b.agent": agent_text(budget),
+        "b.retries": limits_text(budget.get("retries") or {}),
+    }
+
 
 def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per trial record.
@@ -177,7 +196,8 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     Columns: ``key, mode, cell_id, trial, seed``, then ``cell.<param>`` and ``m.<metric>``
     (each group sorted by name), then what the trial exercised: ``x.<count>`` for each of
     ``EXERCISED_COUNTS``, ``x.fault_classes`` (comma-separated) and ``x.faults_armed``
-    (None where a record does not say). Metric values are kept as given, so bools stay
+    (None where a record does not say), then its budget as texts (``B_COLUMNS``; None where a
+    record does not say). Metric values are kept as given, so bools stay
     bool. Rows are sorted by (mode, cell_id, trial, key). A repeated ``key`` raises
     ValueError, because a trial counted twice would silently inflate N.
     """
@@ -203,6 +223,7 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         row.update({f"cell.{k}": _hashable(v) for k, v in cell.items()})
         row.update({f"m.{k}": v for k, v in rec["metrics"].items()})
         row.update(_exercised_columns(rec))
+        row.update(_budget_columns(rec))
         key = row["key"]
         if key is not None:
             if key in seen:
@@ -214,7 +235,9 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         rows.append(row)
     cell_cols = sorted({c for r in rows for c in r if c.startswith("cell.")})
     metric_cols = sorted({c for r in rows for c in r if c.startswith("m.")})
-    df = pd.DataFrame(rows, columns=[*BASE_COLUMNS, *cell_cols, *metric_cols, *X_COLUMNS])
+    df = pd.DataFrame(
+        rows, columns=[*BASE_COLUMNS, *cell_cols, *metric_cols, *X_COLUMNS, *B_COLUMNS]
+    )
     if not df.empty:
         df = df.sort_values(
             ["mode", "cell_id", "trial", "key"], kind="mergesort", na_position="last"

@@ -38,6 +38,7 @@ from harness.analysis.stats import (
     mean_ci,
     poisson_interval,
 )
+from harness.experiment.budget import modes_text
 
 __all__ = [
     "KINDS",
@@ -46,6 +47,7 @@ __all__ = [
     "NOT_EXERCISED_TEXT",
     "Table",
     "TableSpec",
+    "budget_caption",
     "build_table",
 ]
 
@@ -119,6 +121,9 @@ class Table:
     spec: TableSpec
     data: pd.DataFrame
     display: pd.DataFrame
+    #: What each mode and the agent were allowed to retry (``budget_caption``); "" when the
+    #: records do not say.
+    budget: str = ""
 
     @property
     def title(self) -> str:
@@ -153,8 +158,9 @@ class Table:
 
     @property
     def footer(self) -> str:
-        """N per cell plus what the cells and intervals are."""
-        return f"{self.n_text}; {_method_text(self)}{self.exercised_note}"
+        """N per cell plus what the cells and intervals are, then the retry budgets."""
+        budget = f" {self.budget}" if self.budget else ""
+        return f"{self.n_text}; {_method_text(self)}{self.exercised_note}{budget}"
 
     @property
     def plot_note(self) -> str:
@@ -372,7 +378,30 @@ def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
     display = pd.DataFrame(
         matrix, index=pd.Index(row_labels, name=spec.rows), columns=col_labels, dtype=object
     )
-    return Table(spec=spec, data=data, display=display)
+    return Table(spec=spec, data=data, display=display, budget=budget_caption(df, spec.row_order))
+
+
+def budget_caption(df: pd.DataFrame, mode_order: tuple[str, ...] | list[str] = ()) -> str:
+    """One line saying what the records' modes and agent were allowed to retry:
+    ``Delivery attempts per effect below the agent: tx-full apply×8; tcc confirm×8; saga, no-tx
+    call×1. Agent: llm-like (retries drawn; max_steps 30, 4 attempts).`` Modes with the same
+    budget are named together, in ``mode_order`` then sorted; a mode whose cells differ lists
+    each budget. "" when no record says its budget."""
+    if "b.mode" not in df.columns:
+        return ""
+    known = df[df["b.mode"].notna()]
+    if known.empty:
+        return ""
+    pairs = zip(map(str, known["mode"].tolist()), map(str, known["b.mode"].tolist()), strict=True)
+    modes = modes_text(pairs, mode_order)
+    agents = ", ".join(dict.fromkeys(str(a) for a in known["b.agent"].tolist()))
+    limits = list(dict.fromkeys(str(r) for r in known["b.retries"].tolist()))
+    head = "Delivery attempts per effect below the agent"
+    if any(limits):
+        head += f" (retries: {' or '.join(r or 'native' for r in limits)})"
+    missing = len(df) - len(known)
+    unsaid = f" (not recorded for {missing} trials)" if missing else ""
+    return f"{head}: {modes}. Agent: {agents}.{unsaid}"
 
 
 def _n_text(table: Table, max_chars: int | None = None) -> str:

@@ -31,6 +31,7 @@ from pydantic import (
     ValidationError,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from harness.agents.policies import AgentConfig
@@ -42,12 +43,13 @@ from harness.experiment.sections import (
     MAX_MS,
     PaperTableModel,
     ReportModel,
+    RetriesModel,
     StrictModel,
     check_dotted_key,
     check_identifier,
 )
 from harness.experiment.yamlload import MAX_BYTES, YamlInputError, load_yaml
-from harness.modes.base import ModeSettings
+from harness.modes.base import DeliveryLimits, ModeSettings
 from harness.registry import did_you_mean
 from harness.world.faults import FaultConfig
 
@@ -68,21 +70,30 @@ DEFAULT_LIMITS = SizeLimits()
 
 
 class SettingsModel(StrictModel):
-    """Time-outs and retry bounds shared by every mode (simulated milliseconds)."""
+    """Time-outs and the modes' native retry bounds (simulated milliseconds); a `retries:`
+    section overrides the retry bounds for every mode alike."""
 
     timeout_ms: float = Field(30_000.0, gt=0, le=MAX_MS)
     apply_attempts: int = Field(8, ge=1, le=20)
     step_retries: int = Field(2, ge=0, le=20)
     backoff_ms: float = Field(20.0, ge=0, le=MAX_MS)
 
-    def mode_settings(self) -> ModeSettings:
+    def mode_settings(self, retries: RetriesModel | None = None) -> ModeSettings:
+        """The settings modes read, with the `retries:` bounds (if any) applied."""
+        bounds = retries.bounds() if retries is not None else {}
         # One shared (frozen) instance per value: a plan asks once per trial and mode.
-        return _mode_settings(self.timeout_ms, self.apply_attempts, self.step_retries, self.backoff_ms)
+        return _mode_settings(
+            self.timeout_ms, self.apply_attempts, self.step_retries, self.backoff_ms,
+            DeliveryLimits(**bounds),
+        )
 
 
 @functools.lru_cache(maxsize=256)
-def _mode_settings(timeout_ms: float, apply_attempts: int, step_retries: int, backoff_ms: float) -> ModeSettings:
-    return ModeSettings(timeout_ms, apply_attempts, step_retries, backoff_ms)
+def _mode_settings(
+    timeout_ms: float, apply_attempts: int, step_retries: int, backoff_ms: float,
+    retries: DeliveryLimits,
+) -> ModeSettings:
+    return ModeSettings(timeout_ms, apply_attempts, step_retries, backoff_ms, retries)
 
 
 class ToolModel(StrictModel):
@@ -109,6 +120,8 @@ class ExperimentConfig(StrictModel):
     cells: list[dict[str, Any]] = []
     labels: dict[str, str] = {}
     settings: SettingsModel = SettingsModel()
+    # One delivery budget for every mode (None: each mode at its native bounds, `settings`).
+    retries: RetriesModel | None = None
     agent: AgentConfig = AgentConfig()
     tool: ToolModel = ToolModel()
     report: ReportModel = ReportModel()
@@ -123,7 +136,22 @@ class ExperimentConfig(StrictModel):
         # runs stay resumable); true is dumped, hashed and stored like any other key.
         if not self.durable:
             data.pop("durable", None)
+        if self.retries is None:
+            data.pop("retries", None)  # likewise: configs without it keep their hash
         return data
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> ExperimentConfig:
+        # `retries` gives every mode the same budget; per-mode wrapper retries would give some
+        # modes more deliveries below the agent than others again.
+        if self.retries is not None and self.agent.wrapper_retries_by_mode:
+            raise ValueError(
+                "retries: gives every mode the same delivery budget, but "
+                f"agent.wrapper_retries_by_mode gives {sorted(self.agent.wrapper_retries_by_mode)} "
+                "their own wrapper retries; drop one of the two (a uniform "
+                "agent.wrapper_retries is allowed)"
+            )
+        return self
 
     @field_validator("name")
     @classmethod

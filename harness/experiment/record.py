@@ -21,10 +21,13 @@ from typing import Any, NotRequired
 from typing_extensions import TypedDict
 
 __all__ = [
+    "AgentBudgetRecord",
     "AgentRecord",
+    "BudgetRecord",
     "Exercised",
     "FaultRecord",
     "Metrics",
+    "ModeBudgetRecord",
     "TrialRecord",
     "json_schema",
 ]
@@ -34,10 +37,12 @@ class FaultRecord(TypedDict):
     """One injected fault, read by the oracle and the tables only (never by a mode)."""
 
     index: int  # ordinal among every event the injector decided, faulted or not
+    agent: str  # the agent whose delivery it was ("a0", ...)
     point: str  # "call" or "compensate"
+    role: str  # "call" (the call's own effect or read) or "try" (tcc's reservation round trip)
     site: str
     fault: str  # the fault class, F1..F5
-    occurrence: int  # how many times this (point, site) had been asked before
+    occurrence: int  # how many times this agent had asked about this (point, role, site) before
     meta: dict[str, Any]
 
 
@@ -97,6 +102,35 @@ class AgentRecord(TypedDict):
     reactions: list[Any]
 
 
+class ModeBudgetRecord(TypedDict):
+    """Deliveries in all of one effect the mode makes below the agent, by kind (0: the
+    mechanism has no such step); see harness.modes.base.RetryBudget."""
+
+    call: int  # of one call, when the agent makes it
+    apply: int  # of one buffered or gated effect at commit, under its key (Atomix)
+    confirm: int  # of one confirm at commit, under its key (TCC)
+    resend: int  # of one gated send at commit, without a key (mutex-wal)
+
+
+class AgentBudgetRecord(TypedDict):
+    """The agent's own retry bounds; see harness.agents.budget.AgentBudget."""
+
+    kind: str
+    step_retries: int | None  # gold's retries of a failed call; None: decided each time
+    max_attempts: int  # attempts at the whole plan (restarts, resumes)
+    max_steps: int | None  # tool calls in all (None: unlimited)
+    wrapper_retries: int  # retries of a failed call below the agent, for this mode
+
+
+class BudgetRecord(TypedDict):
+    """What the trial allowed: the mode's delivery budget, the agent's, and the bounds the
+    config's `retries:` section set for every mode ({}: each mode at its native bounds)."""
+
+    mode: ModeBudgetRecord
+    agent: AgentBudgetRecord
+    retries: dict[str, int]
+
+
 class TrialRecord(TypedDict):
     """One trial: what ran, what the oracle found, what it exercised, what each agent did."""
 
@@ -112,6 +146,7 @@ class TrialRecord(TypedDict):
     metrics: Metrics
     exercised: Exercised
     agents: list[AgentRecord]
+    budget: BudgetRecord  # the retry budgets the mode and the agent ran with
     final: dict[str, Any]  # the workload's digest of the final state (e.g. a DB hash)
     timings: dict[str, Any]  # wall clock: the only part that differs between identical runs
     config_hash: NotRequired[str]  # added by the runner when it writes the record

@@ -86,6 +86,7 @@ def frontier_fault_factory(fault: FrontierFault) -> Any:
         install_frontier_fault(trial.co.core, fault)
         return trial
 
+    factory.budget_for = TxTrial.budget_for  # type: ignore[attr-defined]
     return factory
 
 

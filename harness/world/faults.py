@@ -2,8 +2,21 @@
 
 A fault is injected between a settlement mechanism (a "mode") and a real substrate, at one of
 two boundary points: a forward tool call (CALL) or a compensation (COMPENSATE). One
-`FaultInjector` serves one trial; its decisions are a pure function of
-`(config, seed, cell, trial)` and of the sequence of questions asked.
+`FaultInjector` serves one trial, shared by all its agents.
+
+Common random numbers (the pairing property). With Bernoulli arrival, whether a delivery gets
+a fault, and which class, is a pure function of the trial seed (from seed, cell id and trial
+index; the cell id never names the mode) and of the delivery's key
+`(agent, point, role, site, occurrence)`: the agent making it, the boundary point, its `Role`
+(the delivery that carries the logical call's own effect or read, or an auxiliary round trip
+such as tcc's try), the logical call (`site`, the agent's op id: task and ordinal in its
+plan) and how many deliveries with the same (agent, point, role, site) this agent made
+before. It does not depend on the mode, on the order in which agents' questions interleave,
+nor on deliveries of other roles or sites. So two modes whose agent makes the same logical
+call for the k-th time meet the same fault there; a delivery only one of them makes (a retry
+the other did not need, tcc's try) has a draw of its own and shifts no other. With bursty
+arrival the Gilbert-Elliott chain advances once per question in the order asked, across all
+agents, so this property does not hold (a correlated chain is inherently order-dependent).
 
 Every fault class is described once, in `FAULTS`; the rest of this module (and of the
 harness) reads that registry instead of branching over classes.
@@ -33,8 +46,10 @@ __all__ = [
     "FaultConfig",
     "FaultInjector",
     "FaultSpec",
+    "Decision",
     "InjectedFault",
     "Point",
+    "Role",
     "ToolCallFailed",
     "ToolFault",
     "ToolTimeout",
@@ -63,6 +78,20 @@ class Point(StrEnum):
 
     CALL = "call"
     COMPENSATE = "compensate"
+
+
+class Role(StrEnum):
+    """What a delivery is to the logical call it belongs to; part of the fault draw's key.
+
+    CALL: the delivery that carries the call's own effect or read (an eager call, a
+    commit-time apply, a gate release, a TCC confirm, a compensation at COMPENSATE). TRY: an
+    auxiliary reservation round trip before the effect (TCC's try), which no other mode
+    makes; giving it its own role keeps it from shifting the draws of the call's effect
+    delivery.
+    """
+
+    CALL = "call"
+    TRY = "try"
 
 
 # --------------------------------------------------------------------------- exceptions
@@ -326,13 +355,34 @@ def _unit(bits: int) -> float:
     return (bits >> 11) * (1.0 / (1 << 53))
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One question the injector answered, faulted or not (the trial's decision log).
+
+    `(agent, point, role, site, occurrence)` is the event's key; with Bernoulli arrival it and
+    the trial seed alone determine `fault` (None: no fault). `index` is the ordinal of the
+    question among all this injector answered, which depends on how agents interleave.
+    """
+
+    index: int
+    agent: str
+    point: Point
+    role: Role
+    site: str
+    occurrence: int
+    fault: FaultClass | None
+
+    def key(self) -> tuple[str, Point, Role, str, int]:
+        return (self.agent, self.point, self.role, self.site, self.occurrence)
+
+
 @dataclass(frozen=True)
 class InjectedFault:
     """One injected fault, as recorded for the trial.
 
     `index` is the ordinal of the event among all events this injector decided (faulted or
-    not); `occurrence` how many times this (point, site) had been asked before, which with the
-    trial seed reproduces a Bernoulli draw.
+    not); `occurrence` how many times this agent had asked about the same (point, role, site)
+    before, which with `agent`, `role` and the trial seed reproduces a Bernoulli draw.
     """
 
     index: int
@@ -341,11 +391,15 @@ class InjectedFault:
     fault: FaultClass
     occurrence: int
     meta: dict[str, Any] = field(default_factory=dict)
+    agent: str = ""
+    role: Role = Role.CALL
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
+            "agent": self.agent,
             "point": str(self.point),
+            "role": str(self.role),
             "site": self.site,
             "fault": str(self.fault),
             "occurrence": self.occurrence,
@@ -358,10 +412,14 @@ class FaultInjector:
 
     Guarantees: the same (config, seed, cell, trial) and the same questions give the same
     decisions and records. With Bernoulli arrival the decision for an event depends only on
-    (trial seed, point, site, occurrence), so every mode making a logical call sees the same
-    fault there whatever else it asked. With bursty arrival the chain advances once per event
-    in the order asked, so modes that make different numbers of calls see different streams
-    (inherent to a correlated process). A rate-0 config never injects.
+    the trial seed and the event's key (agent, point, role, site, occurrence), where
+    `occurrence` counts this agent's earlier questions with the same (point, role, site): so
+    every mode whose agent makes a logical call for the k-th time meets the same fault there,
+    whatever else it or any other agent asked and in whatever order (the module docstring
+    states the property). With bursty arrival the chain advances once per event in the order
+    asked, so modes that make different numbers of calls see different streams (inherent to
+    a correlated process). A rate-0 config never injects. `decisions` logs every question
+    answered, in order, for tests and traces.
     """
 
     def __init__(self, config: FaultConfig, *, seed: int, cell: str, trial: int) -> None:
@@ -372,7 +430,8 @@ class FaultInjector:
         self.trial_seed = derive_trial_seed(seed, cell, trial)
         self.events = 0
         self.injected: list[InjectedFault] = []
-        self._occurrences: dict[tuple[Point, str], int] = {}
+        self.decisions: list[Decision] = []
+        self._occurrences: dict[tuple[str, Point, Role, str], int] = {}
         self._applicable = {p: config.applicable(p) for p in Point}
         self._key = self.trial_seed.to_bytes(8, "big")
         # Bursty state. The chain starts from its stationary distribution so that every event,
@@ -388,9 +447,13 @@ class FaultInjector:
         return cls(FaultConfig(rate=0.0), seed=0, cell="disabled", trial=0)
 
     def _bernoulli_draw(
-        self, point: Point, site: str, occurrence: int
+        self, agent: str, point: Point, role: Role, site: str, occurrence: int
     ) -> tuple[float, float, float]:
-        material = json.dumps([str(point), site, occurrence], separators=(",", ":"))
+        # The event's key and nothing else (the trial seed is the hash key): no counter shared
+        # across agents or roles, so the draw cannot depend on the order of questions.
+        material = json.dumps(
+            [agent, str(point), str(role), site, occurrence], separators=(",", ":")
+        )
         digest = hashlib.blake2b(
             material.encode(), digest_size=16, key=self._key, person=b"atomix-event"
         ).digest()
@@ -410,26 +473,35 @@ class FaultInjector:
         return u_fault, u_class, p
 
     def decide(
-        self, point: Point, site: str, *, meta: dict[str, Any] | None = None
+        self,
+        point: Point,
+        site: str,
+        *,
+        role: Role = Role.CALL,
+        agent: str = "",
+        meta: dict[str, Any] | None = None,
     ) -> FaultClass | None:
-        """Decide whether the event (point, site) gets a fault; record and return its class."""
-        point = Point(point)
+        """Decide whether `agent`'s next delivery (point, role, site) gets a fault; log the
+        decision, record a fault, and return its class (None: no fault)."""
+        point, role = Point(point), Role(role)
         index = self.events
         self.events += 1
-        key = (point, site)
+        key = (agent, point, role, site)
         occurrence = self._occurrences.get(key, 0)
         self._occurrences[key] = occurrence + 1
 
         if self.config.arrival == "bernoulli":
-            u_fault, u_class, p = self._bernoulli_draw(point, site, occurrence)
+            u_fault, u_class, p = self._bernoulli_draw(agent, point, role, site, occurrence)
         else:
             u_fault, u_class, p = self._bursty_draw()
 
         candidates = self._applicable[point]
-        if not candidates or not u_fault < p:
-            return None
-        fault = self._choose(candidates, u_class)
-        self.injected.append(InjectedFault(index, point, site, fault, occurrence, dict(meta or {})))
+        fault = self._choose(candidates, u_class) if candidates and u_fault < p else None
+        self.decisions.append(Decision(index, agent, point, role, site, occurrence, fault))
+        if fault is not None:
+            self.injected.append(
+                InjectedFault(index, point, site, fault, occurrence, dict(meta or {}), agent, role)
+            )
         return fault
 
     def _choose(self, candidates: tuple[FaultClass, ...], u: float) -> FaultClass:
@@ -456,8 +528,14 @@ def _through(
     site: str,
     call: Callable[[], T],
     meta: dict[str, Any] | None,
+    role: Role,
+    agent: str,
 ) -> T:
-    fault = injector.decide(point, site, meta=meta) if injector is not None else None
+    fault = (
+        injector.decide(point, site, role=role, agent=agent, meta=meta)
+        if injector is not None
+        else None
+    )
     if fault is None:
         return call()
     spec = FAULTS[fault]
@@ -475,9 +553,12 @@ def deliver(
     site: str,
     call: Callable[[], T],
     *,
+    role: Role = Role.CALL,
+    agent: str = "",
     meta: dict[str, Any] | None = None,
 ) -> T:
-    """Make a forward tool call through the fault boundary (point CALL).
+    """Make a forward tool call through the fault boundary (point CALL), as `agent`'s delivery
+    of `role` for the logical call `site` (the fault draw's key, see `FaultInjector`).
 
     No fault: one call, its result. F1: no call, then ToolCallFailed. F2: one call, then the
     same ToolCallFailed (the caller cannot tell the two apart). F4: exactly two deliveries,
@@ -485,7 +566,7 @@ def deliver(
     `.stall_ms` (the virtual-clock driver charges it). A real exception from `call` propagates unchanged and
     pre-empts the injected one. `injector=None` means no injection.
     """
-    return _through(injector, Point.CALL, site, call, meta)
+    return _through(injector, Point.CALL, site, call, meta, role, agent)
 
 
 def compensate(
@@ -493,10 +574,12 @@ def compensate(
     site: str,
     call: Callable[[], T],
     *,
+    role: Role = Role.CALL,
+    agent: str = "",
     meta: dict[str, Any] | None = None,
 ) -> T:
-    """Run a compensation through the fault boundary (point COMPENSATE).
+    """Run a compensation through the fault boundary (point COMPENSATE), keyed as `deliver`.
 
     F3: no call, CompensationFailed. Otherwise one call, its result.
     """
-    return _through(injector, Point.COMPENSATE, site, call, meta)
+    return _through(injector, Point.COMPENSATE, site, call, meta, role, agent)
