@@ -25,7 +25,7 @@ from atomix.decisions import (
     Settlement,
     Wait,
 )
-from atomix.effects import BUFFERABLE, IRREVERSIBLE, REVERSIBLE, AbortSource, Effect
+from atomix.effects import BUFFERABLE, IRREVERSIBLE, REVERSIBLE, AbortSource, Effect, EffectClass
 from atomix.epochs import EpochAllocator
 from atomix.errors import IllegalTransition, UnknownTransaction
 from atomix.frontier import ScopeIndex
@@ -145,7 +145,37 @@ class _Group:
 @dataclass(frozen=True, slots=True)
 class RuntimeOptions:
     """Switches of the protocol. The defaults are Atomix (`tx-full`); each other value is an
-    ablation the evaluation measures, never a mode of its own re-implementing the rules."""
+    ablation the evaluation measures, never a mode of its own re-implementing the rules.
+
+    - `scopes`: how scope texts are canonicalised and compared (`NAIVE`: raw strings).
+    - `frontier`: one frontier per resource, or one global frontier (one ordered lock).
+    - `wait_for_frontiers`: False commits at seal and externalises at once, without waiting
+      for earlier conflicting transactions to settle.
+    - `scope_on_read`: False registers no reads (no waiting on them, no stale-read checks).
+    - `abort_on_stale`: False lets stale reads and late accesses commit.
+    - `classify_residue`: False leaves residue out of settlements (it still changes the
+      world, and still makes readers of its scopes stale).
+    - `gate_irreversible`: False removes the gate: an irreversible effect runs when the agent
+      calls, as an eager effect does (the shim externalises it first, `runs_at_call` says
+      which classes do). At commit it is final, not released again; at abort it cannot be
+      undone, so its settlement reports it as residue.
+    - `keyed_delivery`: False delivers effects to substrates without their idempotency key
+      (the runtime still keys its own records, so a duplicated staging is still recognised),
+      so a substrate cannot recognise a re-delivery (a commit-time re-apply after an
+      ambiguous failure, a duplicated delivery) as the same effect. Read by
+      `TxSession.delivery_key`, which shims ask for the key they hand to a substrate.
+    - `compensate_on_abort`: False leaves an aborted transaction's externalised reversible
+      effects applied: the abort plan compensates nothing, and the settlement reports them as
+      residue (the runtime knows they stay). Savepoint rollbacks still compensate.
+    - `enforce_seal`: False admits a read, externalise or stage on a sealed (or waiting)
+      transaction as if it were open, growing its footprint, instead of aborting it with
+      `seal_violation`; a later try_commit decides on the grown footprint. It changes nothing
+      where no access ever comes after seal (a driver that seals only inside commit, after
+      every call has returned).
+
+    `gate_irreversible=False` and `keyed_delivery=False` change how a shim delivers calls:
+    the harness's shim honours them; `Runtime`'s tool shims do not, and it refuses them.
+    """
 
     scopes: ScopePolicy = field(default=CANONICAL)
     frontier: Literal["per-resource", "global"] = "per-resource"
@@ -153,6 +183,10 @@ class RuntimeOptions:
     scope_on_read: bool = True
     abort_on_stale: bool = True
     classify_residue: bool = True
+    gate_irreversible: bool = True
+    keyed_delivery: bool = True
+    compensate_on_abort: bool = True
+    enforce_seal: bool = True
 
 
 class TransactionManager:
@@ -193,6 +227,10 @@ class TransactionManager:
         self._canonical = self.options.scopes.canonical
         self._stale = self.options.abort_on_stale
         self._wait_for_frontiers = self.options.wait_for_frontiers
+        self._ungated = not self.options.gate_irreversible
+        # An aborted transaction's effects that ran and that its abort leaves in place (see
+        # `_left_behind`): none unless one of these components is switched off.
+        self._leaves = self._ungated or not self.options.compensate_on_abort
 
     # -- lookup ----------------------------------------------------------------------------
     def get(self, txid: int) -> Transaction:
@@ -211,6 +249,12 @@ class TransactionManager:
 
     def active(self) -> list[Transaction]:
         return [tx for tx in self._txs.values() if not tx.finished]
+
+    def runs_at_call(self, effect_class: EffectClass | None) -> bool:
+        """Whether an effect of this class runs when it is called (externalised first, then
+        staged as it ran) rather than at commit: reversible ones always; irreversible ones
+        only when the gate is switched off (`gate_irreversible=False`). Shims ask this."""
+        return effect_class is REVERSIBLE or (self._ungated and effect_class is IRREVERSIBLE)
 
     def _tick(self) -> int:
         self._seq += 1
@@ -281,6 +325,8 @@ class TransactionManager:
             return None
         if tx.state in TERMINAL:
             raise IllegalTransition(tx.txid, tx.state.value, what)
+        if not self.options.enforce_seal:
+            return None  # the seal ablation: admitted as if open (see RuntimeOptions)
         return self.abort(tx.txid, AbortSource.SEAL_VIOLATION, f"{what} after seal")
 
     def _eager_conflict(
@@ -519,7 +565,9 @@ class TransactionManager:
         if key in staged:
             tx.duplicates_suppressed += 1  # a duplicated delivery of a staged call
             return PROCEED
-        if effect.effect_class is REVERSIBLE:
+        cls = effect.effect_class
+        # Ran when called (reversible; irreversible too without the gate): externalised first.
+        if cls is REVERSIBLE or (self._ungated and cls is IRREVERSIBLE):
             eager = tx.eager_scopes
             for s in effect.scopes:
                 if s not in eager and self.scope(s) not in eager:
@@ -529,7 +577,8 @@ class TransactionManager:
             if s is not None:
                 missing = [s for s in effect.scopes if self.scope(s) not in eager]
                 raise ValueError(
-                    f"effect of {effect.tool!r}: reversible effect staged without externalize() "
+                    f"effect of {effect.tool!r}: {cls.value} effect that runs when called, "
+                    "staged without externalize() "
                     f"on {', '.join(map(str, missing))}"
                 )
         else:
@@ -711,12 +760,15 @@ class TransactionManager:
             # An externalised effect became visible when it ran; a deferred one, at commit.
             stamp(scope, epoch, eager.get(scope, commit_seq) if eager else commit_seq)
         staged = tx.staged
+        # Without the gate an irreversible effect ran when called: it is final, like a
+        # reversible one, and must not be released (delivered) again.
+        gated = not self._ungated
         if len(staged) == 1:  # one effect: its class says where it goes
             (only,) = staged.values()
             cls = only.effect_class
             if cls is BUFFERABLE:
                 return CommitPlan(txid, epoch, (only,))
-            if cls is IRREVERSIBLE:
+            if cls is IRREVERSIBLE and gated:
                 return CommitPlan(txid, epoch, (), (only,))
             return CommitPlan(txid, epoch, (), (), (only,))
         apply: list[Effect] = []
@@ -726,7 +778,7 @@ class TransactionManager:
             cls = effect.effect_class
             if cls is BUFFERABLE:
                 apply.append(effect)
-            elif cls is IRREVERSIBLE:
+            elif cls is IRREVERSIBLE and gated:
                 release.append(effect)
             else:
                 accept.append(effect)
@@ -754,10 +806,23 @@ class TransactionManager:
             self._unpark(tx.txid)
 
     def _abort_plan(self, tx: Transaction) -> AbortPlan:
+        """Compensate externalised reversible effects (reverse order), drop what never left.
+        An effect that ran and that the abort leaves in place (`_left_behind`) is in neither
+        list: nothing is done to it, and `finish` reports it as residue."""
         compensate: list[Effect] = []
         drop: list[Effect] = []
-        for e in tx.staged.values():
-            (compensate if e.effect_class is REVERSIBLE else drop).append(e)
+        if self._leaves:
+            undo = self.options.compensate_on_abort
+            for e in tx.staged.values():
+                cls = e.effect_class
+                if cls is REVERSIBLE:
+                    if undo:
+                        compensate.append(e)
+                elif not (self._ungated and cls is IRREVERSIBLE):
+                    drop.append(e)
+        else:
+            for e in tx.staged.values():
+                (compensate if e.effect_class is REVERSIBLE else drop).append(e)
         compensate.reverse()
         source = tx.abort_source
         assert source is not None  # marked aborted, with its source
@@ -782,8 +847,11 @@ class TransactionManager:
         compensate: list[Effect] = []
         drop: list[Effect] = []
         kept: dict[str, Effect] = {}
+        ungated = self._ungated
         for key, e in tx.staged.items():
-            if e.seq <= mark:
+            # An irreversible effect that ran when called (no gate) cannot be undone: it stays
+            # with the transaction, accepted at its commit, residue at its abort.
+            if e.seq <= mark or (ungated and e.effect_class is IRREVERSIBLE):
                 kept[key] = e
             else:
                 (compensate if e.effect_class is REVERSIBLE else drop).append(e)
@@ -915,6 +983,8 @@ class TransactionManager:
             for scope in tx.effect_scopes:
                 if scope not in eager:
                     real.stamp_visible(scope, landed)  # its epoch was stamped at commit
+        if not committed and self._leaves:
+            residue = self._left_behind(tx, residue)
         if residue:
             seq = self._tick()
             for effect in residue:
@@ -939,6 +1009,23 @@ class TransactionManager:
             # nothing needs once the settlement says what became of them.
             tx.staged = {}
         return settlement, ready
+
+    def _left_behind(self, tx: Transaction, residue: Sequence[Effect]) -> Sequence[Effect]:
+        """`residue` (failed compensations) plus the aborted transaction's effects that ran
+        and that its abort left in place: irreversible ones without the gate (they left when
+        called), reversible ones without compensation. The world under them changed for
+        good, as under residue, and the runtime knows it: they are residue."""
+        undo = self.options.compensate_on_abort
+        ungated = self._ungated
+        known = {e.key for e in residue}
+        left = list(residue)
+        for e in tx.staged.values():
+            cls = e.effect_class
+            if e.key not in known and (
+                (cls is REVERSIBLE and not undo) or (ungated and cls is IRREVERSIBLE)
+            ):
+                left.append(e)
+        return left
 
     def _settlement(
         self,
@@ -971,10 +1058,11 @@ class TransactionManager:
             done: list[str] = []
             gated: list[str] = []
             final: list[str] = []
+            ungated = self._ungated
             for e in effects:
                 cls = e.effect_class
-                if cls is REVERSIBLE:
-                    final.append(e.key)
+                if cls is REVERSIBLE or (ungated and cls is IRREVERSIBLE):
+                    final.append(e.key)  # ran when called: accepted as final
                 elif e.key not in failed:
                     (done if cls is BUFFERABLE else gated).append(e.key)
             applied, released, accepted = tuple(done), tuple(gated), tuple(final)
@@ -988,9 +1076,11 @@ class TransactionManager:
             undone: list[str] = []
             left: list[str] = []
             for e in effects:
+                if e.key in residue_keys:
+                    continue  # left in place (reported below when residue is classified)
                 if e.effect_class is not REVERSIBLE:
                     left.append(e.key)
-                elif e.key not in residue_keys:
+                else:
                     undone.append(e.key)
             undone.reverse()
             compensated, dropped = tuple(undone), tuple(left)

@@ -72,6 +72,15 @@ class Runtime:
         log: TxLog | str | os.PathLike[str] | None = None,
         recover: bool = True,
     ) -> None:
+        if options is not None and not (options.gate_irreversible and options.keyed_delivery):
+            # Its tool shims gate irreversible calls and hand every function its key: they
+            # would silently ignore these switches, so it refuses them instead.
+            raise ValueError(
+                "Runtime(options=...): gate_irreversible=False and keyed_delivery=False are "
+                "ablations honoured only by shims that ask the core (`runs_at_call`) and the "
+                "session (`delivery_key`), as the experiment harness's does; Runtime's tool "
+                "shims do not, so leave both True"
+            )
         # log: a durable transaction log (a directory, or a TxLog for other settings); with
         # `recover`, what a dead earlier run left in it is finished or aborted now, as far as
         # it can be without this program's tools (see `recover`).

@@ -167,6 +167,13 @@ class TxSession(Transaction):
         with the run identity in front)."""
         return f"{self.key_prefix}{tool}:{part}"
 
+    def delivery_key(self, key: str) -> str | None:
+        """The key a shim hands a substrate with a delivery of the effect keyed `key`: the key
+        itself, or None when the runtime delivers without keys (`keyed_delivery=False`, an
+        ablation: a re-delivery then looks like a new effect to the substrate). The runtime
+        keeps `key` for its own records either way."""
+        return key if self.co.core.options.keyed_delivery else None
+
     def call_key(self, spec: ToolSpec, args: dict[str, Any]) -> str:
         """The key of one shimmed call. An explicit key template or function is the call's
         identity on its own (the same arguments twice are one effect); otherwise the call's

@@ -6,14 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from manager_driver import X, commit, externalized, kind, put, settle
+from manager_driver import X, book, commit, externalized, kind, put, send, settle
 
-from atomix.decisions import CommitPlan, Proceed, Wait
+from atomix.decisions import CommitPlan, Proceed, Settlement, Wait
 from atomix.effects import AbortSource, Effect, EffectClass
+from atomix.errors import IllegalTransition
 from atomix.manager import RuntimeOptions, TransactionManager
+from atomix.runtime import Runtime
 from atomix.scope_parsing import NAIVE, parse_scope
 from atomix.scopes import Scope
-from atomix.transaction import TxState
+from atomix.session import Coordinator
+from atomix.transaction import Transaction, TxState
 
 # --------------------------------------------------------------------------- ablations
 
@@ -129,6 +132,58 @@ def sc_speculation(mgr: TransactionManager) -> str:
     return kind(res.decision)
 
 
+M = "mail:a@example.com"
+
+
+def _fate(settlement: Settlement, key: str) -> str:
+    """Which list of the settlement holds `key` (what became of the effect)."""
+    for name in ("applied", "released", "accepted", "compensated", "dropped", "residue"):
+        if key in getattr(settlement, name):
+            return name
+    return "unreported"
+
+
+def _send_in(mgr: TransactionManager, tx: Transaction, key: str) -> None:
+    """Queue (or, where the core says it runs when called, externalise and stage) a send, as
+    a shim does."""
+    effect = send(mgr, M, key)
+    if mgr.runs_at_call(effect.effect_class):
+        assert isinstance(mgr.externalize(tx.txid, [M]), Proceed)
+    assert isinstance(mgr.stage(tx.txid, effect), Proceed)
+
+
+def sc_send_commit(mgr: TransactionManager) -> str:
+    tx = mgr.begin()
+    _send_in(mgr, tx, "m")
+    plan = commit(mgr, tx)
+    assert isinstance(plan, CommitPlan)
+    where = "release" if plan.release else "accept" if plan.accept else "none"
+    return f"{where}:{_fate(mgr.finish(tx.txid)[0], 'm')}"
+
+
+def sc_send_abort(mgr: TransactionManager) -> str:
+    tx = mgr.begin()
+    _send_in(mgr, tx, "m")
+    plan = mgr.abort(tx.txid, AbortSource.PRE_COMMIT_VETO)
+    where = "drop" if plan.drop else "compensate" if plan.compensate else "leave"
+    return f"{where}:{_fate(mgr.finish(tx.txid)[0], 'm')}"
+
+
+def sc_compensate(mgr: TransactionManager) -> str:
+    tx = mgr.begin()
+    externalized(mgr, tx, X, "r")
+    plan = mgr.abort(tx.txid, AbortSource.TOOL_FAILURE)
+    where = "compensate" if plan.compensate else "drop" if plan.drop else "leave"
+    return f"{where}:{_fate(mgr.finish(tx.txid)[0], 'r')}"  # (every compensation succeeded)
+
+
+def sc_after_seal(mgr: TransactionManager) -> str:
+    tx = mgr.begin()
+    mgr.stage(tx.txid, put(mgr, X, "a"))
+    mgr.seal(tx.txid)
+    return kind(mgr.stage(tx.txid, put(mgr, "kv:u:1", "b")))
+
+
 SCENARIOS: dict[str, Callable[[TransactionManager], str]] = {
     "disjoint": sc_disjoint,
     "write_write": sc_write_write,
@@ -143,6 +198,10 @@ SCENARIOS: dict[str, Callable[[TransactionManager], str]] = {
     "residue": sc_residue,
     "residue_stale": sc_residue_stale,
     "speculation": sc_speculation,
+    "send_commit": sc_send_commit,
+    "send_abort": sc_send_abort,
+    "compensate": sc_compensate,
+    "after_seal": sc_after_seal,
 }
 
 DEFAULT_OUTCOMES = {
@@ -159,6 +218,10 @@ DEFAULT_OUTCOMES = {
     "residue": "residue",
     "residue_stale": "abort:stale_read",
     "speculation": "wait",
+    "send_commit": "release:released",
+    "send_abort": "drop:dropped",
+    "compensate": "compensate:compensated",
+    "after_seal": "abort:seal_violation",
 }
 
 OPTIONS = {
@@ -169,6 +232,11 @@ OPTIONS = {
     "no-abort-on-stale": RuntimeOptions(abort_on_stale=False),
     "naive-scopes": RuntimeOptions(scopes=NAIVE),
     "no-residue-classification": RuntimeOptions(classify_residue=False),
+    "no-read-checks": RuntimeOptions(scope_on_read=False, abort_on_stale=False),
+    "no-gate": RuntimeOptions(gate_irreversible=False),
+    "unkeyed": RuntimeOptions(keyed_delivery=False),
+    "no-compensation": RuntimeOptions(compensate_on_abort=False),
+    "no-seal": RuntimeOptions(enforce_seal=False),
 }
 
 # What each ablation changes, and nothing else.
@@ -205,6 +273,23 @@ CHANGES: dict[str, dict[str, str]] = {
     },
     "naive-scopes": {"alias": "commit"},
     "no-residue-classification": {"residue": "none"},
+    # both read components at once: what either changes
+    "no-read-checks": {
+        "stale_read": "commit",
+        "lost_update": "wait,commit,commit",
+        "late_read": "proceed",
+        "late_write": "proceed",
+        "alias": "commit",
+        "externalize_waits": "proceed",
+        "eager_read": "proceed",
+        "residue_stale": "commit",
+    },
+    # a send runs when called: final at commit (not released again), left behind at abort
+    "no-gate": {"send_commit": "accept:accepted", "send_abort": "leave:residue"},
+    # keys reach substrates through the session (`TxSession.delivery_key`): no core decision
+    "unkeyed": {},
+    "no-compensation": {"compensate": "leave:residue"},
+    "no-seal": {"after_seal": "proceed"},
 }
 
 
@@ -246,3 +331,99 @@ def test_no_scope_on_read_registers_nothing() -> None:
     assert reader.footprint() == set()  # its registrations follow from its footprint
     mgr.stage(writer.txid, put(mgr, X, "w"))
     assert isinstance(commit(mgr, writer), CommitPlan)  # the earlier reader is not waited for
+
+
+def test_an_ungated_send_must_be_externalised_like_any_call_that_runs_when_made() -> None:
+    mgr = TransactionManager(RuntimeOptions(gate_irreversible=False))
+    assert mgr.runs_at_call(EffectClass.IRREVERSIBLE) and mgr.runs_at_call(EffectClass.REVERSIBLE)
+    assert not mgr.runs_at_call(EffectClass.BUFFERABLE) and not mgr.runs_at_call(None)
+    assert not TransactionManager().runs_at_call(EffectClass.IRREVERSIBLE)
+    tx = mgr.begin()
+    with pytest.raises(ValueError, match="staged without externalize"):
+        mgr.stage(tx.txid, send(mgr, M, "m"))
+
+
+def test_an_ungated_send_is_ordered_as_an_eager_effect() -> None:
+    """Without the gate a send has reached the sink once it is staged, so an earlier epoch
+    arriving on that scope afterwards is stale (as behind a reversible effect); gated, the
+    earlier one just queues its send and commits first."""
+    outcomes = {}
+    for name, options in (("gated", RuntimeOptions()), ("ungated", RuntimeOptions(gate_irreversible=False))):
+        mgr = TransactionManager(options)
+        early, late = mgr.begin(), mgr.begin()
+        _send_in(mgr, late, "late")
+        effect = send(mgr, M, "early")
+        decision = (
+            mgr.externalize(early.txid, [M]) if mgr.runs_at_call(effect.effect_class)
+            else mgr.stage(early.txid, effect)
+        )
+        outcomes[name] = kind(decision)
+    assert outcomes == {"gated": "proceed", "ungated": "abort:stale_read"}
+
+
+def test_a_savepoint_rollback_keeps_an_ungated_send_it_cannot_undo() -> None:
+    mgr = TransactionManager(RuntimeOptions(gate_irreversible=False))
+    tx = mgr.begin()
+    mark = mgr.savepoint(tx.txid)
+    _send_in(mgr, tx, "m")
+    plan = mgr.rollback_to(tx.txid, mark)
+    assert plan.drop == () and plan.compensate == ()
+    assert list(tx.staged) == ["m"]  # still the transaction's: accepted at its commit
+    assert isinstance(commit(mgr, tx), CommitPlan)
+    assert mgr.finish(tx.txid)[0].accepted == ("m",)
+
+
+def test_without_compensation_an_abort_leaves_effects_as_residue_readers_must_heed() -> None:
+    """The uncompensated effect is residue: reported, and a reader of its scope is stale."""
+    mgr = TransactionManager(RuntimeOptions(compensate_on_abort=False))
+    early, late = mgr.begin(), mgr.begin()
+    mgr.read(late.txid, [X])
+    log: list[str] = []
+    assert isinstance(mgr.externalize(early.txid, [X]), Proceed)
+    mgr.stage(early.txid, book(mgr, X, "r", log))
+    plan = mgr.abort(early.txid, AbortSource.TOOL_FAILURE)
+    assert plan.compensate == ()
+    settlement, _ = mgr.finish(early.txid)
+    assert settlement.residue == ("r",) and settlement.compensated == () and log == []
+    assert kind(commit(mgr, late)) == "abort:stale_read"
+
+
+def test_classification_is_its_own_component_even_without_compensation() -> None:
+    mgr = TransactionManager(RuntimeOptions(compensate_on_abort=False, classify_residue=False))
+    assert sc_compensate(mgr) == "leave:unreported"
+
+
+def test_without_the_seal_a_late_access_grows_the_footprint_commit_decides_on() -> None:
+    """Admitted after seal, a write to a scope an earlier transaction holds makes the commit
+    wait for it, as it would have had the write come before seal."""
+    y = "kv:u:1"
+    mgr = TransactionManager(RuntimeOptions(enforce_seal=False))
+    holder, tx = mgr.begin(), mgr.begin()
+    mgr.stage(holder.txid, put(mgr, y, "h"))
+    mgr.stage(tx.txid, put(mgr, X, "a"))
+    mgr.seal(tx.txid)
+    assert kind(mgr.stage(tx.txid, put(mgr, y, "b"))) == "proceed"
+    assert tx.state is TxState.SEALED
+    wait = mgr.try_commit(tx.txid)
+    assert isinstance(wait, Wait) and [b.txid for b in wait.blockers] == [holder.txid]
+    settle(mgr, holder)
+    plan = mgr.try_commit(tx.txid)
+    assert isinstance(plan, CommitPlan) and [e.key for e in plan.apply] == ["a", "b"]
+    mgr.finish(tx.txid)
+    with pytest.raises(IllegalTransition):  # after commit, still an illegal step
+        mgr.stage(tx.txid, put(mgr, y, "c"))
+
+
+def test_delivery_keys_are_the_effects_own_unless_delivery_is_unkeyed() -> None:
+    for keyed in (True, False):
+        co = Coordinator(RuntimeOptions(keyed_delivery=keyed), run_id="")
+        tx = co.begin(trace="t")
+        key = tx.key("send", "x")
+        assert tx.delivery_key(key) == (key if keyed else None)
+
+
+@pytest.mark.parametrize("switch", ["gate_irreversible", "keyed_delivery"])
+def test_runtime_refuses_the_delivery_ablations_its_shims_would_ignore(switch: str) -> None:
+    with pytest.raises(ValueError, match=switch):
+        Runtime(RuntimeOptions(**{switch: False}))
+    Runtime(RuntimeOptions(compensate_on_abort=False, enforce_seal=False))  # core-only: fine

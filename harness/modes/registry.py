@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.modes.base import TrialModeFactory
+from harness.modes.base import ModeSettings, RetryBudget, TrialModeFactory, declared_budget
 from harness.registry import Entry, Registry, UnknownName
 
 
@@ -34,6 +34,21 @@ MODES: Registry[TrialModeFactory] = Registry("mode", [
           _ABLATION + "scopes compared as raw strings, no canonicalisation", "ablation"),
     _mode("tx-no-residue-classification", "harness.modes.tx:no_residue_classification",
           _ABLATION + "failed compensations not reported as residue", "ablation"),
+    _mode("tx-no-gate", "harness.modes.tx:no_gate",
+          _ABLATION + "irreversible effects are not held at the gate: they run when called "
+          "(as eager calls), so an aborted attempt's mail or payment has left", "ablation"),
+    _mode("tx-unkeyed", "harness.modes.tx:unkeyed",
+          _ABLATION + "effects reach substrates without idempotency keys, so a re-delivery "
+          "after an ambiguous failure or a duplicated delivery lands again", "ablation"),
+    _mode("tx-no-compensation", "harness.modes.tx:no_compensation",
+          _ABLATION + "an abort does not compensate externalised reversible effects: they stay "
+          "applied (reported as residue)", "ablation"),
+    _mode("tx-no-read-checks", "harness.modes.tx:no_read_checks",
+          _ABLATION + "scope-on-read and abort-on-stale removed together: reads are neither "
+          "registered nor re-validated", "ablation"),
+    _mode("tx-no-seal", "harness.modes.tx:no_seal",
+          _ABLATION + "no seal: an access after seal is admitted instead of aborting "
+          "(seal_violation)", "ablation"),
     _mode("tx-fine-no-overlap", "harness.modes.tx_flat_scopes:fine_no_overlap",
           _ABLATION + "canonical per-resource scopes compared by equality, no overlap "
           "(a directory, table or URL prefix does not cover what lies below it)", "ablation"),
@@ -81,6 +96,10 @@ class ModeInfo:
     factory: TrialModeFactory
     module: str
     family: str
+
+    def budget(self, settings: ModeSettings) -> RetryBudget:
+        """The deliveries of one effect this mode makes below the agent under `settings`."""
+        return declared_budget(self.factory, settings)
 
 
 def get_mode(name: str) -> ModeInfo:
