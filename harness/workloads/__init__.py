@@ -24,6 +24,7 @@ WORKLOADS: Registry[Any] = Registry("workload", [
         ("speculation", "harness.workloads.speculation:SpeculationWorkload"),
         ("granularity", "harness.workloads.granularity:GranularityWorkload"),
         ("frontier_contract", "harness.workloads.frontier_contract:FrontierContractWorkload"),
+        ("epoch_order", "harness.workloads.epoch_order:EpochOrderWorkload"),
     )
 ])
 
