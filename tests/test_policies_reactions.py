@@ -171,7 +171,7 @@ def test_llm_like_is_deterministic_for_a_seed_and_records_its_reactions() -> Non
     assert differs  # and the seed matters
 
 
-@pytest.mark.parametrize("reaction", [r.value for r in Reaction if r is not Reaction.RESTART])
+@pytest.mark.parametrize("reaction", WEIGHTS)  # the drawn reactions (not restart, not reread)
 @pytest.mark.parametrize("kind", ["error", "timeout", "refused"])
 def test_llm_like_with_all_weight_on_one_reaction_draws_that_reaction(reaction: str, kind: str) -> None:
     policy = make_policy(only(reaction, replan_depth=2), "tx-full", step_retries=2, tool_errors_fatal=True)
@@ -220,12 +220,14 @@ def test_llm_like_refused_read_in_the_loop_is_carried_on_but_a_refused_write_is_
     assert run.outcome.reactions == ["carry_on"]
     assert run.outcome.results["lookup"] == {"error": message}
     # The same agent meeting a refused write (the order is cancelled again, for the other
-    # reason: another call, so no idempotency key makes it a duplicate) gives up.
+    # reason: another call, so no idempotency key makes it a duplicate) reads the order back
+    # (the refusal says it is no longer pending), does not find its own change, and gives up.
     cancel = steps[1]
     args = dict(gold_args(CANCEL, 0))
     args["reason"] = next(r for r in ("no longer needed", "ordered by mistake") if r != args["reason"])
     run = rig("tx-full", CANCEL, steps=(cancel, Step("cancel_pending_order", args)), agent=only("give_up"))
-    assert run.outcome.reactions == ["give_up"]
+    assert run.outcome.reactions == ["reread", "give_up"]
+    assert run.outcome.steps == 3  # the cancel, the refused cancel, the read-back
     assert not run.outcome.committed
     assert run.sha == INITIAL
 

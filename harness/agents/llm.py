@@ -55,7 +55,7 @@ from typing import Any
 from atomix.effects import AbortSource, EffectClass
 from harness.agents.llm_cache import CompletionCache, default_cache_dir
 from harness.agents.policies import AgentConfig
-from harness.agents.task import AgentOutcome, AgentPolicy, Task, settle_attempt
+from harness.agents.task import AgentOutcome, AgentPolicy, Task, abort_on_stop, settle_attempt
 from harness.errors import RunError
 from harness.modes.base import Aborted, AgentContext, ModeSession, TrialMode
 from harness.world import faults
@@ -504,11 +504,7 @@ async def run_llm_agent(
         except _Stop as exc:
             outcome.failure = str(exc)
             outcome.out_of_budget = exc.out_of_budget
-            try:
-                await session.abort(AbortSource.TOOL_FAILURE, str(exc))
-                outcome.aborts.append(AbortSource.TOOL_FAILURE.value)
-            except Aborted as again:
-                outcome.aborts.append(again.source.value)
+            await abort_on_stop(session, outcome, AbortSource.TOOL_FAILURE, str(exc))
             break
         finally:
             outcome.reported_residue += getattr(session, "reported_residue", 0)

@@ -65,7 +65,9 @@ class ScriptedLoop:
         return {}
 
     def record(self, outcome: AgentOutcome) -> dict[str, Any]:
-        return {}
+        # The wrong action the agent made with no fault (agent.intrinsic_error), when it made
+        # one; records of agents that make none stay as they were.
+        return {"mistake": outcome.mistake} if outcome.mistake is not None else {}
 
     def timings(self, outcomes: list[AgentOutcome]) -> dict[str, Any]:
         return {}

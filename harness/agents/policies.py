@@ -10,7 +10,12 @@ the injected fault's class (only the oracle does; docs/design.md, "What a mode m
   times, then aborts the attempt and starts over (or resumes from the mode's checkpoint).
 - `llm-like` is a seeded stochastic model of how LLM agents act after an error, a time-out or
   a refusal: retry the same call, retry with changed arguments, carry on as if it had
-  succeeded, re-plan from an earlier step, or give up and answer.
+  succeeded, re-plan from an earlier step, or give up and answer. It reads the error text as
+  a model does (`classify`): a refusal saying the object is no longer in the state the write
+  needs ("Non-pending order cannot be modified") makes it read the object back first, and
+  carry on if its own write is there. A re-plan does not re-issue writes it saw succeed
+  (unless it forgets, `forget_on_replan`), and with `intrinsic_error` it makes one wrong
+  action per task at that rate with no fault at all.
 - `llm` is no policy of this module: a real model decides every call and every reaction
   (`harness.agents.llm`); `AgentConfig` holds its endpoint and sampling keys.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, Protocol
@@ -39,13 +45,17 @@ from atomix.effects import AbortSource
 
 __all__ = [
     "POLICIES",
+    "WEIGHT_KEYS",
     "AgentConfig",
     "Decision",
+    "ErrorKind",
     "Failure",
     "GoldPolicy",
     "LlmLikePolicy",
+    "Mistake",
     "Policy",
     "Reaction",
+    "classify",
     "make_policy",
 ]
 
@@ -59,6 +69,24 @@ class Reaction(StrEnum):
     REPLAN = "replan"  # go back to an earlier step and re-issue the plan from there
     GIVE_UP = "give_up"  # answer the user: the task ends, the transaction is aborted
     RESTART = "restart"  # abort this attempt and start over (or resume from a checkpoint)
+    REREAD = "reread"  # read the object back (a real read call) before deciding
+
+
+class ErrorKind(StrEnum):
+    """What an agent makes of a failed call from what it can see (`classify`)."""
+
+    TRANSPORT = "transport"  # an error or a time-out: the call may or may not have happened
+    STATE = "state"  # the tool refused because the object is no longer in the needed state
+    REFUSAL = "refusal"  # any other refusal (bad argument, not found, not allowed)
+
+
+# Refusal texts that say the object's state moved on ("Non-pending order cannot be
+# cancelled", "... is no longer pending", "already cancelled"): the write this agent retries
+# may be what moved it.
+_STATE_TEXT = re.compile(
+    r"\bnon-[a-z]+\b.*\bcannot\b|\bno longer\b|\balready\b|\bnot (?:pending|delivered|open|active)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +94,9 @@ class Failure:
     """A failed call as the agent sees it.
 
     `kind` is "error" or "timeout" for a failed delivery (whatever caused it) and "refused"
-    for the tool's own answer that it will not do this (a precondition message).
+    for the tool's own answer that it will not do this (a precondition message). `reread` is
+    what reading the object back showed, once the agent did: "landed" (its write is there),
+    "not_landed", or "unknown" (the read failed, or the workload offers no way to check).
     """
 
     step: int
@@ -75,6 +105,28 @@ class Failure:
     message: str
     tries: int  # failures of this step in a row, this one included
     read_only: bool
+    reread: Literal["landed", "not_landed", "unknown"] | None = None
+
+
+def classify(failure: Failure) -> ErrorKind:
+    """The kind of a failed call as an agent reads it: from the delivery's outcome and the
+    error text, never from what caused it (an injected fault's class is not in either)."""
+    if failure.kind != "refused":
+        return ErrorKind.TRANSPORT
+    return ErrorKind.STATE if _STATE_TEXT.search(failure.message) else ErrorKind.REFUSAL
+
+
+@dataclass(frozen=True, slots=True)
+class Mistake:
+    """One wrong action an agent makes in a task with no fault at all (`intrinsic_error`):
+    at write step `step`, "alter" calls it with a plausible wrong argument (drawn with
+    `random.Random(seed)`; a tool with nothing plausible to change makes it a "stop"), and
+    "stop" ends the plan before it, answering the user as if the task were done (what it did
+    so far is committed, as when a model stops calling tools)."""
+
+    step: int
+    kind: Literal["alter", "stop"]
+    seed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +135,22 @@ class Decision:
     to_step: int | None = None  # REPLAN: the step to re-issue from
     source: AbortSource = AbortSource.TOOL_FAILURE  # GIVE_UP / RESTART: why the abort
     permanent: bool = False  # RESTART: trying the plan again cannot help
+    forget: bool = False  # REPLAN: re-issue even the writes it saw succeed
 
 
 class Policy(Protocol):
-    """Decides the reaction to a failed call; deterministic given the rng's state."""
+    """Decides the reaction to a failed call, and any wrong action it makes unprompted;
+    deterministic given the rng's state."""
 
     name: str
     max_steps: int | None
     wrapper_retries: int
 
     def react(self, failure: Failure, rng: random.Random) -> Decision: ...
+
+    def mistake(self, writes: Sequence[int], rng: random.Random) -> Mistake | None:
+        """Asked once per task, before its first call, with the indices of its write steps."""
+        ...
 
 
 _DRAWN = (Reaction.RETRY, Reaction.ALTER, Reaction.CARRY_ON, Reaction.REPLAN, Reaction.GIVE_UP)
@@ -125,16 +183,25 @@ class GoldPolicy:
             return Decision(Reaction.RETRY)
         return Decision(Reaction.RESTART, source=_source(failure))
 
+    def mistake(self, writes: Sequence[int], rng: random.Random) -> Mistake | None:
+        return None  # the gold actions, as written
+
 
 @dataclass(frozen=True, slots=True)
 class LlmLikePolicy:
     """A seeded stochastic stand-in for an LLM agent's reaction to a failed call.
 
-    After a failed delivery or a refused write it draws one reaction with the configured
-    weights. A refused read is information the agent reads and moves on from (tau2's gold
-    trajectories contain such look-ups on purpose). Every draw comes from the trial's own
-    rng, so a trial is reproducible from its seed, and every mode meets the same draws for
-    as long as it makes the same calls.
+    It reads the error as a model does (`classify`). A refused read is information it reads
+    and moves on from (tau2's gold trajectories contain such look-ups on purpose). A write
+    refused because the object is no longer in the needed state makes it read the object back
+    first (REREAD; the loop makes the read, a real call that counts as a step) and, if its own
+    write is there, carry on. Otherwise (a failed delivery, any other refusal, a read-back
+    that shows nothing or fails) it draws one reaction with the configured weights. A re-plan
+    forgets the writes it saw succeed with probability `forget_on_replan` (else the loop does
+    not re-issue them). With `intrinsic_error`, a task holds one wrong action (`Mistake`) at
+    that rate. Every draw comes from the trial's own rng, so a trial is reproducible from its
+    seed, and every mode meets the same draws for as long as it makes the same calls; a knob
+    at 0 draws nothing, so it leaves every other draw where it was.
     """
 
     retry: float
@@ -145,19 +212,38 @@ class LlmLikePolicy:
     replan_depth: int
     max_steps: int | None
     wrapper_retries: int = 0
+    forget_on_replan: float = 0.0
+    intrinsic_error: float = 0.0
     name: str = "llm-like"
 
     def react(self, failure: Failure, rng: random.Random) -> Decision:
         if failure.kind == "refused" and failure.read_only:
             return Decision(Reaction.CARRY_ON)
+        if failure.reread == "landed":
+            return Decision(Reaction.CARRY_ON)  # it saw its own change: the step is done
+        if failure.reread is None and classify(failure) is ErrorKind.STATE:
+            return Decision(Reaction.REREAD)
         weights = (self.retry, self.alter, self.carry_on, self.replan, self.give_up)
         (chosen,) = rng.choices(_DRAWN, weights)  # one rng.random() per draw
         if chosen is Reaction.REPLAN:
             back = rng.randint(1, max(1, self.replan_depth))
-            return Decision(Reaction.REPLAN, to_step=max(0, failure.step - back))
+            forget = self.forget_on_replan > 0 and rng.random() < self.forget_on_replan
+            return Decision(Reaction.REPLAN, to_step=max(0, failure.step - back), forget=forget)
         if chosen is Reaction.GIVE_UP:
             return Decision(Reaction.GIVE_UP, source=_source(failure))
         return Decision(chosen)
+
+    def mistake(self, writes: Sequence[int], rng: random.Random) -> Mistake | None:
+        if self.intrinsic_error <= 0:
+            return None
+        # One draw per task whatever the outcome, so a larger rate only adds mistaken tasks
+        # (those with this draw below it) and leaves the others' draws unchanged.
+        slipped = rng.random() < self.intrinsic_error
+        if not slipped or not writes:
+            return None  # a slip in a task that writes nothing leaves no trace in the state
+        step = writes[rng.randrange(len(writes))]
+        kind: Literal["alter", "stop"] = "alter" if rng.random() < 0.5 else "stop"
+        return Mistake(step, kind, rng.getrandbits(32))
 
 
 class AgentConfig(BaseModel):
@@ -188,6 +274,14 @@ class AgentConfig(BaseModel):
     give_up: float = 0.10
     # Assumption: a re-plan goes back at most this many steps (re-reading what it needs).
     replan_depth: int = Field(3, ge=1, le=100)
+    # Probability that a re-plan re-issues writes the agent saw succeed. Assumption 0: tau2
+    # keeps the whole conversation, every tool call and its result, in the model's context,
+    # and a 30-call task fits in it many times over, so the model can see what it already did.
+    forget_on_replan: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    # Probability per task of one wrong action with no fault at all (a wrong argument on a
+    # write, or stopping before one). 0: the agent performs the plan exactly when nothing
+    # fails; configs/tau_retail_calibrated.yaml sets it from a published success rate.
+    intrinsic_error: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
     # kind llm (harness/agents/llm.py): a model behind an OpenAI-compatible endpoint. These
     # keys stay out of a dump while unused, so configs of the other kinds hash as before.
     model: str | None = Field(None, min_length=1, max_length=256)  # as the server names it
@@ -276,6 +370,11 @@ class AgentConfig(BaseModel):
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
+        # Knobs added after configs were first hashed leave the dump at their defaults, so a
+        # config that does not set them hashes as before.
+        for key in ("forget_on_replan", "intrinsic_error"):
+            if key in data and data[key] == 0.0:
+                del data[key]
         if self.kind != "llm":
             # Unused llm keys at their defaults are left out: the dump (and so the config
             # hash and the manifest) of a gold or llm-like config is what it was before.
@@ -307,10 +406,16 @@ def _llm_like(config: AgentConfig, mode: str, step_retries: int, tool_errors_fat
     return LlmLikePolicy(
         config.retry, config.alter, config.carry_on, config.replan, config.give_up,
         config.replan_depth, config.max_steps, config.wrapper_retries_for(mode),
+        config.forget_on_replan, config.intrinsic_error,
     )
 
 
 POLICIES: dict[str, Any] = {"gold": _gold, "llm-like": _llm_like}
+
+#: The llm-like agent's weights: the relative reaction weights, then the two probabilities.
+#: A sensitivity analysis (harness.analysis.sensitivity) varies exactly these.
+REACTION_KEYS = ("retry", "alter", "carry_on", "replan", "give_up")
+WEIGHT_KEYS = (*REACTION_KEYS, "forget_on_replan", "intrinsic_error")
 
 # Keys only kind llm reads (see AgentConfig._dump).
 LLM_KEYS = (

@@ -22,6 +22,18 @@ class Delivery:
 
 
 @dataclass(frozen=True, slots=True)
+class Reread:
+    """How an agent checks whether a write of its own landed: a read-only call (`tool` with
+    `args`) and a test of what that call returns (`landed(result)`: the write's change is
+    there). Guarantees nothing about the write itself: it is what an agent reading the object
+    back would conclude."""
+
+    tool: str
+    args: dict[str, Any]
+    landed: Callable[[Any], bool]
+
+
+@dataclass(frozen=True, slots=True)
 class ToolDef:
     """A workload tool with its settlement metadata.
 
@@ -43,6 +55,9 @@ class ToolDef:
     # Plausible other arguments an agent might try after a failure (a wrong variant, another
     # payment method); None: nothing plausible to change.
     alternatives: Callable[[TrialEnv, dict[str, Any], Any], dict[str, Any] | None] | None = None
+    # How to read back the object a write changes, to tell whether it landed (after a refusal
+    # saying the object is no longer in the state the write needs); None: no way to check.
+    reread: Callable[[dict[str, Any]], Reread | None] | None = None
 
     def __post_init__(self) -> None:
         if self.effect is not None and self.effect is not EffectClass.IRREVERSIBLE:

@@ -9,7 +9,7 @@ scope) below all mechanisms.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from atomix.adapters import OpLog
@@ -25,7 +25,7 @@ from harness.workloads.retail.tools import (
     snapshot,
 )
 from harness.world.substrates import TrialEnv
-from harness.world.tooling import Delivery, ToolDef, ToolError
+from harness.world.tooling import Delivery, Reread, ToolDef, ToolError
 
 SUBSTRATE = "retail"
 # Writes that set fields to given values: applying one twice leaves the same DB.
@@ -148,6 +148,67 @@ def plausible_alternative(
     return {**args, key: copy.deepcopy(value)}
 
 
+def _same_address(args: Mapping[str, Any]) -> Callable[[Any], bool]:
+    fields = ("address1", "address2", "city", "state", "country", "zip")
+    wanted = {k: args.get(k) for k in fields}
+    return lambda record: isinstance(record, dict) and isinstance(record.get("address"), dict) and all(
+        record["address"].get(k) == v for k, v in wanted.items())
+
+
+def _ids(value: Any) -> list[Any]:
+    return sorted(value, key=str) if isinstance(value, list) else []
+
+
+def _landed_test(name: str, args: Mapping[str, Any]) -> Callable[[Any], bool] | None:
+    """What an agent reading the object back looks for to see that write `name` with `args`
+    landed: the change it asked for (a status the write sets, the values it wrote)."""
+    if name == "cancel_pending_order":
+        return lambda o: o.get("status") == "cancelled" and o.get("cancel_reason") == args.get("reason")
+    if name in ("modify_pending_order_address", "modify_user_address"):
+        return _same_address(args)
+    if name == "modify_pending_order_items":
+        def items(o: dict[str, Any]) -> bool:
+            have = [i.get("item_id") for i in o.get("items") or [] if isinstance(i, dict)]
+            wanted = _ids(args.get("new_item_ids"))
+            return (o.get("status") == "pending (item modified)" and bool(wanted)
+                    and all(have.count(i) >= wanted.count(i) for i in wanted))
+        return items
+    if name == "modify_pending_order_payment":
+        method = args.get("payment_method_id")
+        return lambda o: any(
+            isinstance(p, dict) and p.get("transaction_type") == "payment" and p.get("payment_method_id") == method
+            for p in (o.get("payment_history") or [])[1:])
+    if name == "exchange_delivered_order_items":
+        return lambda o: (o.get("status") == "exchange requested"
+                          and o.get("exchange_items") == _ids(args.get("item_ids"))
+                          and o.get("exchange_new_items") == _ids(args.get("new_item_ids")))
+    if name == "return_delivered_order_items":
+        return lambda o: (o.get("status") == "return requested"
+                          and o.get("return_items") == _ids(args.get("item_ids"))
+                          and o.get("return_payment_method_id") == args.get("payment_method_id"))
+    return None
+
+
+def reread(name: str, args: Mapping[str, Any]) -> Reread | None:
+    """The read-back of retail write `name`: get_order_details of its order (get_user_details
+    for a user's address), and the change the write asked for. None for a call that names no
+    object (an agent has nothing to look up)."""
+    test = _landed_test(name, args)
+    if test is None:
+        return None
+    if name == "modify_user_address":
+        key, tool = "user_id", "get_user_details"
+    else:
+        key, tool = "order_id", "get_order_details"
+    if not isinstance(args.get(key), str):
+        return None
+
+    def landed(record: Any) -> bool:
+        return isinstance(record, dict) and bool(test(record))
+
+    return Reread(tool, {key: args[key]}, landed)
+
+
 def store(env: TrialEnv) -> RetailStore:
     return env.extra["retail"]
 
@@ -178,6 +239,7 @@ def _tooldef(rt: RetailTool) -> ToolDef:
         key=lambda a: order_key(name, a),
         idempotent=name in _BLIND_OVERWRITES,
         alternatives=lambda env, a, rng: plausible_alternative(store(env).db, name, a, rng),
+        reread=lambda a: reread(name, a),
     )
 
 
