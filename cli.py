@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli import catalog, paper, results, run, runtime
+from harness.cli import catalog, claims, paper, results, run, runtime, sensitivity
 from harness.cli.common import OneLineErrors
 
 app = typer.Typer(
@@ -33,7 +33,7 @@ app = typer.Typer(
 # The order `atomix --help` lists the commands in: running and reading results first.
 COMMANDS = (
     "run", "sweep", "report", "runs", "compare", "list", "reproduce", "validate", "recover",
-    "mcp-proxy", "show",
+    "mcp-proxy", "show", "claims", "sensitivity",
 )  # fmt: skip
 
 
@@ -64,7 +64,7 @@ def main(
 
 def _add_commands(target: typer.Typer) -> None:
     """Add every group's commands to `target` in the order of COMMANDS."""
-    groups = (run, results, catalog, paper, runtime)
+    groups = (run, results, catalog, paper, runtime, claims, sensitivity)
     by_name = {info.name: info for group in groups for info in group.commands.registered_commands}
     # A command defined in a group but not listed here would silently be missing from atomix.
     if set(by_name) != set(COMMANDS):

@@ -1,8 +1,14 @@
 """Paired comparison of modes: every mode against a baseline on matched trials.
 
 Modes of one run share tasks, seeds and fault draws: trial ``t`` of cell ``c`` sees the same
-scenario and the same fault stream under every mode (harness/experiment/trial.py derives everything
-from (seed, cell, trial)). Trials are therefore *paired*, and the right tests are paired:
+scenario under every mode (harness/experiment/trial.py derives everything from (seed, cell,
+trial)), and with Bernoulli arrival the same fault draws: a delivery's fault depends only on
+the trial seed and its key (agent, point, role, site, occurrence), so two modes whose agent
+makes the same logical call for the k-th time meet the same fault there, whatever the mode and
+whatever order the calls came in (harness/world/faults.py). Where two modes' calls differ
+(one retried a step or sent a call the other did not), those calls get their own draws; with
+bursty arrival the chain runs in the order asked and pairs only the scenario. Trials are
+therefore *paired*, and the right tests are paired:
 
 * a yes/no metric: the exact McNemar test (a two-sided binomial test on the discordant
   pairs, scipy's ``binomtest``) and Newcombe's hybrid score interval for the difference of
@@ -52,6 +58,7 @@ __all__ = [
     "paired_latex",
     "paired_markdown",
     "paired_stem",
+    "verdict",
     "write_paired",
 ]
 
@@ -269,6 +276,27 @@ class PairedComparison:
             text = f"{v:+.0f}" if round(v) == v or abs(v) >= 1 else f"{v:+.1f}"
             return "0" if text in ("+0", "-0") else text
         return _fmt_num(v, signed=True)
+
+
+VERDICTS: tuple[str, ...] = ("better", "worse", "no evidence")
+
+
+def verdict(row: PairRow, *, better: str = "higher", alpha: float = 0.05) -> str:
+    """The plain reading of one paired row: is the mode `better` or `worse` than the baseline,
+    or is there `no evidence` either way at level `alpha` (on the Holm-adjusted p)?
+
+    `better` says which direction of the metric is good ("higher" for success rates,
+    "lower" for residue, waits, violations). A row whose cell did not exercise its condition
+    reads as not exercised, never as a verdict.
+    """
+    if better not in ("higher", "lower"):
+        raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
+    if not row.exercised or math.isnan(row.p_holm):
+        return NOT_EXERCISED_TEXT
+    if row.p_holm >= alpha or row.diff == 0 or math.isnan(row.diff):
+        return "no evidence"
+    up = row.diff > 0
+    return "better" if up == (better == "higher") else "worse"
 
 
 def _fmt_num(v: float, signed: bool = False) -> str:

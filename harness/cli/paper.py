@@ -45,7 +45,9 @@ def reproduce(
 ) -> None:
     """Run the configs that map the paper's result tables, then write OUT/REPRODUCTION.md:
     each paper cell beside ours, with our 95% interval and N, a verdict (reproduced,
-    differs, not comparable) and, for a difference, its explanation by mechanism."""
+    differs, not comparable) and, for a difference, its explanation by mechanism; then each
+    mode's retry budget and, without --tables, the claims table (`atomix claims`, runs under
+    OUT/claims) and the sensitivity of the headline verdicts to the agent's weights."""
     from harness.experiment.interrupts import exit_code
     from harness.experiment.rundir import RunIOError
     from harness.paper import reproduce as rp

@@ -24,7 +24,7 @@ from harness.cli.common import (
 from harness.errors import ConfigError, RunError
 
 if TYPE_CHECKING:
-    from harness.analysis.runs import Report
+    from harness.analysis.runs import Report, Run
     from harness.analysis.table import Table
     from harness.experiment.config import ExperimentConfig
 
@@ -75,6 +75,27 @@ def print_table(table: Table) -> None:
         console.print(part)
 
 
+def print_verdicts(run: Run, result: Report) -> None:
+    """Under the main table: each mode against the baseline per cell (harness.analysis.verdicts),
+    written to tables/ too; a metric the paired tests cannot take is a note, not a failure."""
+    from harness.analysis.verdicts import run_verdicts, verdicts_rich, write_verdicts
+    from harness.experiment.rundir import io_error
+
+    try:
+        block = run_verdicts(run)
+    except ValueError as exc:
+        stderr().print(Text(f"note: no paired verdicts: {exc}", style="yellow"), soft_wrap=True)
+        return
+    if block is None:
+        return
+    try:
+        result.paths += write_verdicts(block, run.run_dir / "tables")
+    except OSError as exc:
+        fail(str(io_error(run.run_dir, exc, "cannot write the report:")), EXIT_DISK)
+    stdout().print()
+    stdout().print(verdicts_rich(block))
+
+
 def write_report(run_dir: Path, report_from: ExperimentConfig | None = None) -> Report:
     """Write a run's report files and print its main table, damaged lines and problems;
     exit 1 if the disk refuses, 2 if the run or config is unusable."""
@@ -103,6 +124,7 @@ def write_report(run_dir: Path, report_from: ExperimentConfig | None = None) -> 
         fail(str(io_error(run_dir, exc, "cannot write the report:")), EXIT_DISK)
     if result.main is not None:
         print_table(result.main)
+        print_verdicts(run, result)
     if run.status != "complete":
         stderr().print(
             Text(

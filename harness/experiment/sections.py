@@ -8,7 +8,17 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from harness.registry import did_you_mean
 
 # A name that becomes a path component (run directories, table and plot files) or a column:
 # plain characters, never "." or ".." (which would leave the results directory).
@@ -49,6 +59,43 @@ class StrictModel(BaseModel):
 MAX_MS = 1e9
 
 
+#: The most deliveries of one effect a `retries:` bound may allow (as `settings.apply_attempts`).
+MAX_DELIVERIES = 20
+
+
+class RetriesModel(StrictModel):
+    """The `retries:` section: one delivery budget for every mode (configs/README.md).
+
+    `deliveries` bounds every kind of retry loop a mode has below the agent (a call's retries,
+    a commit-time apply, a confirm, a gated resend) to that many deliveries of one effect; a
+    per-kind key overrides it for its kind. Guarantees: at least one key is given, each an
+    integer from 1 to MAX_DELIVERIES.
+    """
+
+    deliveries: int | None = Field(None, ge=1, le=MAX_DELIVERIES, strict=True)
+    call: int | None = Field(None, ge=1, le=MAX_DELIVERIES, strict=True)
+    apply: int | None = Field(None, ge=1, le=MAX_DELIVERIES, strict=True)
+    confirm: int | None = Field(None, ge=1, le=MAX_DELIVERIES, strict=True)
+    resend: int | None = Field(None, ge=1, le=MAX_DELIVERIES, strict=True)
+
+    @model_validator(mode="after")
+    def _something_set(self) -> RetriesModel:
+        if all(getattr(self, k) is None for k in type(self).model_fields):
+            raise ValueError(
+                "give `deliveries` (every kind of delivery) or at least one of "
+                "`call`, `apply`, `confirm`, `resend` (an integer from 1 to "
+                f"{MAX_DELIVERIES}), or leave the section out"
+            )
+        return self
+
+    def bounds(self) -> dict[str, int]:
+        """Deliveries per kind (`call`, `apply`, `confirm`, `resend`) this section sets."""
+        kinds = ("call", "apply", "confirm", "resend")
+        out = {k: self.deliveries for k in kinds} if self.deliveries is not None else {}
+        out.update({k: v for k in kinds if (v := getattr(self, k)) is not None})
+        return {k: int(v) for k, v in out.items() if v is not None}
+
+
 # What must have occurred in a cell for it to be a result (else "n/a (not exercised)");
 # None: the default rule of harness.analysis.records.is_exercised.
 Requires = Literal[
@@ -66,11 +113,24 @@ class TableModel(StrictModel):
     title: str = ""
     method: Literal["clopper-pearson", "wilson"] = "clopper-pearson"
     requires: Requires | None = None
+    # Which way of the metric is good, for the paired verdicts under the main table: None
+    # reads as "higher" (success rates); "lower" for harm (residue, violations, waits, leaks).
+    better: Literal["higher", "lower"] | None = None
 
     @field_validator("name")
     @classmethod
     def _plain_name(cls, v: str) -> str:
         return check_identifier(v, "a table name")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out while unset, so configs from before the key keep their hash.
+        return _without_unset(handler(self), "better")
+
+    @property
+    def direction(self) -> Literal["higher", "lower"]:
+        """The good direction of the metric: `better`, else "higher"."""
+        return self.better or "higher"
 
 
 class PlotModel(StrictModel):
@@ -86,9 +146,36 @@ class PlotModel(StrictModel):
 
 
 class ReportModel(StrictModel):
+    """The `report:` section: tables, plots, the table printed in the terminal (`main`,
+    default the first) and the mode the others are tested against under it (`baseline`,
+    default tx-full when the config runs it)."""
+
     tables: list[TableModel] = []
     plots: list[PlotModel] = []
-    main: str | None = None  # the table printed in the terminal; default: the first
+    main: str | None = None
+    baseline: str | None = None
+
+    @field_validator("baseline")
+    @classmethod
+    def _known_mode(cls, v: str | None) -> str | None:
+        from harness.modes.registry import modes
+
+        known = modes()
+        if v is not None and v not in known:
+            hint = did_you_mean(v, sorted(known))
+            raise ValueError(f"unknown mode {v!r}{hint}; allowed: {', '.join(sorted(known))}")
+        return v
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out while unset, so configs from before the key keep their hash.
+        return _without_unset(handler(self), "baseline")
+
+
+def _without_unset(data: dict[str, Any], key: str) -> dict[str, Any]:
+    if data.get(key) is None:
+        data.pop(key, None)
+    return data
 
 
 #: How a paper column is measured on our trials (see configs/README.md, `paper`).

@@ -1,7 +1,13 @@
 """One trial: a scenario run under one mode on fresh substrates, judged by the oracle.
 
 Everything random is derived from (seed, cell, trial index), so every mode sees the same
-tasks, the same plan delays and the same fault stream on the same trial.
+tasks, the same plan delays and the same fault draws on the same trial. The pairing of fault
+draws is exact per delivery: with Bernoulli arrival, a delivery's fault depends only on the
+trial seed and its key (agent, point, role, site, occurrence) (harness.world.faults), never on
+the mode or on the global order of calls, so two modes whose agent makes the same logical
+call for the k-th time meet the same fault (bursty arrival advances one chain in the order
+asked, so it is not paired per delivery). `TrialTrace.decisions` logs every key and its
+decision, so this can be checked (tests/test_common_random_numbers.py).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any, cast
 from harness.agents.loops import make_loop
 from harness.agents.policies import AgentConfig
 from harness.agents.task import AgentOutcome
+from harness.experiment.budget import trial_budget
 from harness.experiment.record import AgentRecord, Exercised, FaultRecord, Metrics, TrialRecord
 from harness.modes.base import AgentContext, ModeSettings
 from harness.modes.registry import get_mode
@@ -26,6 +33,7 @@ from harness.workloads import get_workload
 from harness.world import faults
 from harness.world.boundary import Boundary
 from harness.world.clock import Sleep, VirtualClock
+from harness.world.faults import Decision  # (the name `faults` is a TrialTrace field too)
 from harness.world.oracle import judge
 from harness.world.substrates import TrialEnv
 
@@ -116,6 +124,9 @@ class TrialTrace:
     messages: list[Any]
     faults: list[dict[str, Any]]
     workdir: str  # the trial's own temporary directory, which file and SQLite scopes name
+    # Every question the fault injector answered, in order, faulted or not: its key and its
+    # fault (None), so tests can check that modes issuing the same call met the same fault.
+    decisions: list[Decision] = field(default_factory=list)
 
 
 def run_trial(
@@ -141,7 +152,7 @@ def run_trial(
             rng = derive_rng(spec.seed, "agent", spec.trial, index)
             # Reactions draw from their own stream, so plan delays never shift them.
             reactions = derive_rng(spec.seed, "reactions", spec.trial, index)
-            boundary = Boundary(clock, injector, latency_ms=spec.latency_ms, jitter_ms=spec.jitter_ms, rng=rng)
+            boundary = Boundary(clock, injector, latency_ms=spec.latency_ms, jitter_ms=spec.jitter_ms, rng=rng, agent=agent)
 
             def make_ctx(attempt: int, agent: str = agent, boundary: Boundary = boundary) -> AgentContext:
                 return AgentContext(agent, attempt, f"{spec.key}/{agent}/{attempt}", env, clock, boundary, spec.settings)
@@ -178,7 +189,8 @@ def run_trial(
             reported_residue=sum(o.reported_residue for o in outcomes),
         )  # (the residue a mode reported; see "residue_mismatch" below)
         if trace is not None:
-            trace.append(TrialTrace(list(ops), list(messages), fault_records, str(env.workdir)))
+            trace.append(TrialTrace(list(ops), list(messages), fault_records, str(env.workdir),
+                                    decisions=list(injector.decisions)))
         outcomes.sort(key=lambda o: o.agent)
         n = max(1, len(outcomes))
         reported = sum(o.reported_residue for o in outcomes)
@@ -224,6 +236,8 @@ def run_trial(
                 })
                 for o in outcomes
             ],
+            # What the mode and the agent were allowed (a function of the config alone).
+            budget=trial_budget(spec.mode, spec.settings, spec.agent, scenario.policy),
             final=scenario.final(env) if scenario.final is not None else {},
             timings={"wall_s": time.perf_counter() - wall, **loop.timings(outcomes)},
         )

@@ -138,8 +138,10 @@ def render(
     rev: str | None = None,
     not_run: Mapping[str, str] | None = None,
     benchmarks: Mapping[str, str] | None = None,
+    appendix: Sequence[str] = (),
 ) -> str:
-    """REPRODUCTION.md: header, rule, summary, then each table in order with its variants.
+    """REPRODUCTION.md: header, rule, summary, then each table in order with its variants,
+    then the `appendix` sections (Markdown, each with its own heading).
     `benchmarks`: name -> what was measured where (listed under Runs)."""
     when = when or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     mode = (
@@ -217,6 +219,8 @@ def render(
         else:
             lines += [f"## Table {s.table}", "", f"> {captions[s.table]}", ""]
         lines += _section_markdown(s)
+    for block in appendix:
+        lines += ["", block.rstrip(), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -13,6 +13,11 @@ output directory is reused, an unfinished one resumed, a config whose agent is a
 is never started from here, and a config whose agent kind needs a package that is not
 installed is skipped with one line saying what to install. ``--quick`` runs every config
 with N = ``quick_trials(trials)`` (see ``mapping``).
+
+After the paper's tables come three sections of our own: the retry budgets of every run
+(``budgets``), and, when every table is reproduced (no ``--tables``), the claims table
+(``claims``, its runs under ``OUT/claims``) and the sensitivity of the headline verdicts to
+the llm-like agent's weights for ``SENSITIVITY_CONFIGS`` (``harness.analysis.sensitivity``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.analysis.runs import KNOWN_METRICS, load_run, runs_of
+from harness.analysis.sensitivity import SensitivityError, run_sensitivity, sensitivity_markdown
 from harness.errors import ConfigError, RunError
 from harness.experiment import runner
 from harness.experiment.config import ExperimentConfig, config_hash, load_config
@@ -42,11 +48,16 @@ from harness.paper.judge import (
     load_notes,
     note_config_problems,
 )
+from harness.paper.budgets import budgets_markdown
+from harness.paper.claims import claims_markdown, run_claims
 from harness.paper.mapping import Source, config_files, overlap_problems, parse_tables, sources
 from harness.paper.measure import Measurer
 from harness.paper.render import render, write_reproduction
 from harness.paper.timing import BENCHMARKS, benchmark_section, run_benchmark
 from harness.registry import did_you_mean
+
+#: The configs whose paired verdicts the sensitivity section re-runs under other agent weights.
+SENSITIVITY_CONFIGS: tuple[str, ...] = ("tau_retail", "tau_retail_notify")
 
 __all__ = [
     # The verdicts and the --tables parser, for the command that calls `reproduce`.
@@ -54,6 +65,7 @@ __all__ = [
     "NOT_COMPARABLE",
     "REPRODUCED",
     "UNEXPLAINED",
+    "SENSITIVITY_CONFIGS",
     "Outcome",
     "check_all",
     "ensure_run",
@@ -137,11 +149,16 @@ def reproduce(
     notes_path: Path = NOTES_PATH,
     command: str = "atomix reproduce",
     say: Callable[[str], None] = lambda _: None,
+    extras: bool | None = None,
 ) -> Outcome:
     """Run (or reuse, or resume) every config that maps a wanted table under `out`, then
     write `out/REPRODUCTION.md`. ConfigError for a bad config, mapping or notes file (before
-    any trial runs), RunError when a run cannot start or resume."""
+    any trial runs), RunError when a run cannot start or resume. `extras` (default: when no
+    table subset is `wanted`) adds the claims and sensitivity sections, which run their own
+    trials."""
     start_wall, start_cpu = time.perf_counter(), _cpu_s()
+    if extras is None:
+        extras = wanted is None
     wanted = sorted(set(wanted or tables()))
     notes = load_notes(notes_path)
     skipped: dict[Path, tuple[str, str]] = {}
@@ -202,6 +219,9 @@ def reproduce(
                 sections.append(
                     compare_table(table, srcs, measurers, notes, variant=src, not_run=not_run)
                 )
+    appendix = [budgets_markdown([runs[name][1] for name in sorted(runs)])] if runs else []
+    if extras:
+        appendix += _extra_sections(out, quick, jobs, configs_dir, say)
     wall, cpu = time.perf_counter() - start_wall, _cpu_s() - start_cpu
     text = render(
         sections,
@@ -213,9 +233,38 @@ def reproduce(
         cpu_s=cpu,
         not_run=not_run,
         benchmarks=measured,
+        appendix=appendix,
     )
     path = write_reproduction(out, text)
     return Outcome(path, sections, {k: v[0] for k, v in runs.items()}, wall, cpu)
+
+
+def _extra_sections(
+    out: Path, quick: bool, jobs: int, configs_dir: Path, say: Callable[[str], None]
+) -> list[str]:
+    """The claims section and the sensitivity sections, as Markdown."""
+    say("claims: tx-full against each ablation")
+    claims = run_claims(
+        quick=quick, out=out / "claims", jobs=jobs, configs_dir=configs_dir,
+        command=f"atomix claims{' --quick' if quick else ''} --out {out / 'claims'}", say=say,
+    )
+    sections = [claims_markdown(claims, level=2)]
+    parts = [
+        "## Sensitivity of the verdicts to the agent's weights",
+        "",
+        "Does a headline verdict depend on the llm-like agent's assumed weights? Each config "
+        "below was re-run under other weights on the same trials.",
+        "",
+    ]
+    for name in SENSITIVITY_CONFIGS:
+        say(f"sensitivity: {name}")
+        try:
+            result = run_sensitivity(configs_dir / f"{name}.yaml", quick=quick, jobs=jobs, say=say)
+        except SensitivityError as exc:
+            raise RunError(f"sensitivity of {name}: {exc}") from None
+        parts.append(sensitivity_markdown(result, level=3))
+    sections.append("\n".join(parts))
+    return sections
 
 
 def _metric_problems(src: Source) -> list[str]:
