@@ -51,6 +51,7 @@ __all__ = [
     "PairRow",
     "PairedComparison",
     "holm",
+    "markdown_block",
     "mcnemar_exact",
     "newcombe_paired",
     "paired_compare",
@@ -478,19 +479,29 @@ def _pair_stats(
 # --------------------------------------------------------------------------- renderers
 
 
-def paired_markdown(cmp: PairedComparison) -> str:
-    """A pipe table with a bold title and a footer naming the test, interval and pairing."""
+def markdown_block(
+    title: str, header: Sequence[str], rows: Sequence[Sequence[str]], note: str,
+    aligns: Sequence[str],
+) -> str:
+    """A pipe table under a bold title, with `note` below it; `aligns` per column
+    (":---" left, "---:" right). Pipes in any text are escaped."""
 
     def esc(s: str) -> str:
         return s.replace("|", r"\|")
 
-    header = cmp.header()
-    lines = [f"**{esc(cmp.title)}**", ""]
+    lines = [f"**{esc(title)}**", ""]
     lines.append("| " + " | ".join(esc(h) for h in header) + " |")
-    lines.append("| " + " | ".join([":---", ":---", *["---:"] * (len(header) - 2)]) + " |")
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cmp.display_rows()]
-    lines += ["", esc(cmp.footer), ""]
+    lines.append("| " + " | ".join(aligns) + " |")
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    lines += ["", esc(note), ""]
     return "\n".join(lines)
+
+
+def paired_markdown(cmp: PairedComparison) -> str:
+    """A pipe table with a bold title and a footer naming the test, interval and pairing."""
+    header = cmp.header()
+    aligns = [":---", ":---", *["---:"] * (len(header) - 2)]
+    return markdown_block(cmp.title, header, cmp.display_rows(), cmp.footer, aligns)
 
 
 def _csv_num(v: float) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.paired import PairedComparison, paired_compare, verdict
+from harness.analysis.paired import PairedComparison, markdown_block, paired_compare, verdict
 from harness.analysis.runs import Run, main_table, table_specs
 from harness.analysis.table import NOT_EXERCISED_TEXT
 from harness.experiment.cells import cell_id, expand_cells
@@ -239,17 +239,8 @@ def verdicts_rich(block: VerdictBlock) -> Any:
 
 def verdicts_markdown(block: VerdictBlock) -> str:
     """A pipe table under a bold heading, with the note below it."""
-
-    def esc(s: str) -> str:
-        return s.replace("|", r"\|")
-
-    header = block.header()
-    lines = [f"**{esc(block.heading)}**", ""]
-    lines.append("| " + " | ".join(esc(h) for h in header) + " |")
-    lines.append("| :--- | :--- | " + " | ".join(["---:"] * 4) + " | :--- |")
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in block.display_rows()]
-    lines += ["", esc(block.note), ""]
-    return "\n".join(lines)
+    aligns = [":---", ":---", *["---:"] * 4, ":---"]
+    return markdown_block(block.heading, block.header(), block.display_rows(), block.note, aligns)
 
 
 def _num(v: float) -> str:
