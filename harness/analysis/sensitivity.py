@@ -394,8 +394,8 @@ def summary_line(result: SensitivityResult) -> str:
         f"{result.baseline}, per cell; {directional} of them better or worse under the default "
         f"weights, the rest no evidence or not exercised) over {len(result.others)} designs "
         "besides the default; "
-        f"mean stability {_pct(result.overall)}; every verdict held in {result.all_hold} of "
-        f"{len(result.others)} designs; Kendall tau-b of the mode ranking against the default's: "
+        f"mean stability {_pct(result.overall)}; designs in which all {len(result.rows)} verdicts "
+        f"held at once: {result.all_hold} of {len(result.others)}; Kendall tau-b of the mode ranking against the default's: "
         f"mean {_tau_text(mean_tau)}, min {_tau_text(min_tau)}; {result.trials} trials per cell "
         f"and mode{' (--quick)' if result.quick else ''}; {result.wall_s:.1f} s."
     )

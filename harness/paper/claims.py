@@ -633,7 +633,8 @@ def claims_markdown(result: ClaimsResult | Sequence[ClaimResult], level: int = 2
         "95% t interval and the Wilcoxon signed-rank test. "
         "+/-: the pairs where tx-full did better / worse than the ablation (the rest tie); "
         f"p is Holm-adjusted over the {tested} rows tested (the intervals are per row, not "
-        "adjusted, so an interval may exclude 0 where the adjusted p does not). Verdict: *{SUPPORTED}* (Holm p < "
+        "adjusted, so an interval may exclude 0 where the adjusted p does not). "
+        f"Verdict: *{SUPPORTED}* (Holm p < "
         f"{ALPHA:g} and {FULL} better), *{CONTRADICTED}* (Holm p < {ALPHA:g} and the "
         f"ablation better), *{NOT_SUPPORTED}* (otherwise), *{NOT_EXERCISED_TEXT}* (no pairs, "
         "or the condition the row needs never occurred in its trials).",

@@ -37,6 +37,8 @@ from harness.experiment.paper_cells import tables
 from harness.experiment.paper_section import paper_problems
 from harness.experiment.rundir import read_manifest, settle_status
 from harness.experiment.trial import run_trial
+from harness.paper.budgets import budgets_markdown
+from harness.paper.claims import claims_markdown, run_claims
 from harness.paper.judge import (
     DIFFERS,
     NOT_COMPARABLE,
@@ -48,8 +50,6 @@ from harness.paper.judge import (
     load_notes,
     note_config_problems,
 )
-from harness.paper.budgets import budgets_markdown
-from harness.paper.claims import claims_markdown, run_claims
 from harness.paper.mapping import Source, config_files, overlap_problems, parse_tables, sources
 from harness.paper.measure import Measurer
 from harness.paper.render import render, write_reproduction
