@@ -18,6 +18,7 @@ from harness.analysis.table import NOT_EXERCISED_TEXT
 from harness.errors import ConfigError
 from harness.experiment.config import load_config
 from harness.modes.registry import MODES
+from harness.paper import claim_rows as cr
 from harness.paper import claims as cl
 from harness.paper.claims import (
     CONTRADICTED,
@@ -58,16 +59,16 @@ def test_every_component_and_claim_has_a_row() -> None:
         assert {r.ablation for r in ROWS if r.component == component} >= ablations, component
     assert {r.claim for r in ROWS} == set(cl.CLAIMS)
     # The epoch-order claim is tested against both frontier ablations.
-    order = {r.ablation for r in ROWS if r.claim == cl.ORDER and r.component == cl.FRONTIER}
+    order = {r.ablation for r in ROWS if r.claim == cr.ORDER and r.component == cr.FRONTIER}
     assert order == {"no-frontier", "tx-global-frontier"}
 
 
 def test_check_rows_names_each_problem() -> None:
     config = load_config(CONFIGS / "tau_contention.yaml")
     bad = [
-        ClaimRow("no such claim", cl.SEAL, "tx-no-sael", "tau_contention", "clean"),
-        ClaimRow(cl.CONTENDING, "no such part", FULL, "tau_contention", "wait_ms", ("agents=5",)),
-        ClaimRow(cl.CONTENDING, cl.SEAL, "tx-global-frontier", "nowhere", "wait_ms"),
+        ClaimRow("no such claim", cr.SEAL, "tx-no-sael", "tau_contention", "clean"),
+        ClaimRow(cr.CONTENDING, "no such part", FULL, "tau_contention", "wait_ms", ("agents=5",)),
+        ClaimRow(cr.CONTENDING, cr.SEAL, "tx-global-frontier", "nowhere", "wait_ms"),
     ]
     text = "\n".join(cl.check_rows(bad, {"tau_contention": config}))
     for needle in (
@@ -116,7 +117,7 @@ def _paired(full: list[Any], ablated: list[Any], ablation: str = "abl", **ex: An
 
 
 def _row(metric: str = "clean", ablation: str = "abl", config: str = "x", **kw: Any) -> ClaimRow:
-    return ClaimRow(cl.CLEAN, cl.KEYS, ablation, config, metric, **kw)
+    return ClaimRow(cr.CLEAN, cr.KEYS, ablation, config, metric, **kw)
 
 
 def test_supported_when_full_wins_on_a_yes_no_metric() -> None:
@@ -219,15 +220,15 @@ def test_holm_runs_across_all_rows_of_the_table() -> None:
 
 def test_unseparated_lists_components_without_a_separating_row() -> None:
     rows = [
-        ClaimRow(cl.CLEAN, cl.KEYS, "abl", "a", "clean"),
-        ClaimRow(cl.CLEAN, cl.SEAL, "abl", "b", "clean"),
+        ClaimRow(cr.CLEAN, cr.KEYS, "abl", "a", "clean"),
+        ClaimRow(cr.CLEAN, cr.SEAL, "abl", "b", "clean"),
     ]
     results = evaluate(
         rows, {"a": _paired([True] * 30, [False] * 30), "b": _paired([True] * 9, [True] * 9)}
     )
     none = cl.unseparated(results)
-    assert cl.SEAL in none and cl.KEYS not in none
-    assert set(none) == set(cl.COMPONENTS) - {cl.KEYS}  # components with no row at all too
+    assert cr.SEAL in none and cr.KEYS not in none
+    assert set(none) == set(cl.COMPONENTS) - {cr.KEYS}  # components with no row at all too
     md = cl.claims_markdown(results)
     assert "What no workload separates" in md
     assert "**seal**" in md and "the same value as tx-full on all 9 pairs" in md
@@ -262,9 +263,9 @@ def _tiny_configs(tmp_path: Path) -> Path:
 
 
 TINY_ROWS = [
-    ClaimRow(cl.CONTENDING, cl.READS, "tx-no-abort-on-stale", "tau_contention",
+    ClaimRow(cr.CONTENDING, cr.READS, "tx-no-abort-on-stale", "tau_contention",
              "invariant_violations", ("agents=4",)),
-    ClaimRow(cl.CONTENDING, cl.SEAL, "tx-no-seal", "tau_contention", "invariant_violations",
+    ClaimRow(cr.CONTENDING, cr.SEAL, "tx-no-seal", "tau_contention", "invariant_violations",
              ("agents=4",)),
 ]  # fmt: skip
 
@@ -326,7 +327,7 @@ def test_check_rows_refuses_a_direction_the_config_contradicts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config = load_config(CONFIGS / "epoch_order.yaml")
-    row = ClaimRow(cl.ORDER, cl.FRONTIER, "no-frontier", "epoch_order", "order_violations")
+    row = ClaimRow(cr.ORDER, cr.FRONTIER, "no-frontier", "epoch_order", "order_violations")
     assert cl.check_rows([row], {"epoch_order": config}) == []
     monkeypatch.setitem(cl.METRICS, "order_violations", cl.Metric("higher", "flipped"))
     (problem,) = cl.check_rows([row], {"epoch_order": config})

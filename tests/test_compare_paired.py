@@ -18,11 +18,9 @@ from harness.analysis.paired import (
     mcnemar_exact,
     newcombe_paired,
     paired_compare,
-    paired_csv,
-    paired_latex,
-    paired_markdown,
     wilcoxon_paired,
 )
+from harness.analysis.paired_render import paired_csv, paired_latex, paired_markdown
 
 
 def _rec(mode: str, cell: str, trial: int, clean: bool, steps: int = 5, **extra: Any) -> dict:

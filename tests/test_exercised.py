@@ -19,7 +19,8 @@ import pytest
 from rich.console import Console
 
 from harness.analysis import runs as reporting
-from harness.analysis.paired import paired_compare, paired_csv
+from harness.analysis.paired import paired_compare
+from harness.analysis.paired_render import paired_csv
 from harness.analysis.plots import bar_plot, line_plot
 from harness.analysis.records import (
     EXERCISED_COUNTS,

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.paired import PairedComparison, markdown_block, paired_compare, verdict
+from harness.analysis.paired import PairedComparison, paired_compare, verdict
+from harness.analysis.paired_render import markdown_block
 from harness.analysis.runs import Run, main_table, table_specs
 from harness.analysis.table import NOT_EXERCISED_TEXT
 from harness.experiment.cells import cell_id, expand_cells

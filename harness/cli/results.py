@@ -257,7 +257,7 @@ def compare(
     """Each mode against a baseline on paired trials (same cell, seed and trial): exact
     McNemar or Wilcoxon signed-rank, an interval on the difference, Holm-adjusted p."""
     # Imported here so that `atomix --version` does not pay for scipy and pandas.
-    from harness.analysis import paired
+    from harness.analysis import paired, paired_render
     from harness.analysis.runs import load_run, resolve_run
     from harness.experiment.cells import cell_id, expand_cells
     from harness.experiment.overrides import split_list
@@ -289,14 +289,14 @@ def compare(
         )
     except (ConfigError, RunError, ValueError) as exc:
         fail(str(exc))
-    paths = paired.write_paired(cmp, run.run_dir / "tables")
+    paths = paired_render.write_paired(cmp, run.run_dir / "tables")
     if fmt is CompareFormat.table:
-        stdout().print(paired.paired_rich(cmp))
+        stdout().print(paired_render.paired_rich(cmp))
         for path in paths:
             stdout().print(f"wrote {path}", soft_wrap=True)
         return
     # Machine-readable text on stdout (pipe-able); where the files went on stderr.
-    sys.stdout.write(paired.RENDERERS[fmt.value](cmp))
+    sys.stdout.write(paired_render.RENDERERS[fmt.value](cmp))
     for path in paths:
         stderr().print(f"wrote {path}")
 
