@@ -153,9 +153,22 @@ def test_multiple_column_params_labels(df: pd.DataFrame) -> None:
 
 
 def test_no_columns_uses_metric_label(df: pd.DataFrame) -> None:
-    t = build_table(df, TableSpec("x", "clean", "sum"))
+    one = df[df["cell.fp"] == 0.1]
+    t = build_table(one, TableSpec("x", "clean", "sum"))
     assert list(t.display.columns) == ["clean"]
-    assert t.display.loc["tx-full", "clean"] == "39/60"
+    n = int((one["mode"] == "tx-full").sum())
+    k = int(one.loc[one["mode"] == "tx-full", "m.clean"].astype(bool).sum())
+    assert t.display.loc["tx-full", "clean"] == f"{k}/{n}"
+
+
+def test_columns_that_leave_cells_apart_get_the_cell_parameters(df: pd.DataFrame) -> None:
+    # No column names fp, but the records hold two fp cells: a table cell never pools them.
+    t = build_table(df, TableSpec("x", "clean", "sum"))
+    assert t.spec.columns == ("fp",)
+    assert list(t.display.columns) == ["fp=0.1", "fp=0.3"]
+    by_cell = df[df["mode"] == "tx-full"].groupby("cell_id")["m.clean"].agg(["sum", "size"])
+    texts = [f"{int(s)}/{int(n)}" for s, n in by_cell.itertuples(index=False)]
+    assert sorted(t.display.loc["tx-full"].tolist()) == sorted(texts)
 
 
 def test_missing_cell_is_na_and_reported() -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "B_COLUMNS",
     "EXERCISED_COUNTS",
     "FAULT_CLASSES",
+    "METRIC_BOUNDS",
     "REQUIRES",
     "REQUIRES_TEXT",
     "X_COLUMNS",
@@ -34,6 +35,7 @@ __all__ = [
     "format_value",
     "is_bool",
     "is_exercised",
+    "metric_bounds",
     "normalize",
     "records_frame",
     "value_sort_key",
@@ -75,6 +77,49 @@ REQUIRES_TEXT: dict[str | None, str] = {
     "sends": "no message reached the sink in the cell's trials",
     "none": "",
 }
+
+
+# --------------------------------------------------------------------------- metric ranges
+
+#: The range every value of a trial metric lies in, (lower, upper) with None for no bound:
+#: an interval of a mean is cut at it (see ``harness.analysis.stats.mean_ci``) so that no
+#: table or plot claims an impossible mean (a negative count or wait, a share above 1).
+#: The range is declared here, by what the metric is, never guessed from the values seen:
+#: a sample of a signed metric can happen to be all positive. A metric not listed (and not
+#: boolean) gets the plain t interval. A new non-negative metric is a new row.
+METRIC_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    # Counts per trial (the oracle's verdict and the trial's own counts).
+    **{
+        name: (0.0, None)
+        for name in (
+            "invariant_violations", "stale_commits", "duplicates", "leaks", "leaked", "residue",
+            "unclassified_residue", "reported_residue", "aborts", "attempts", "committed",
+            "agents", "extra_writes", "budget_exhausted", "steps", "order_violations",
+            "mail_mismatch", "missed_conflict", "false_conflict", "lost_committed",
+            "applied_uncommitted", "contamination_buffer", "contamination_files",
+            "contamination_db", "contamination_booking", "contamination_mailbox",
+            "makespan_steps",
+        )
+    },
+    # Times (simulated or wall ms), rates and sizes.
+    **{
+        name: (0.0, None)
+        for name in (
+            "wait_ms", "needless_wait_ms", "makespan_ms", "step_ms", "throughput",
+            "wiring_loc", "wiring_loc_per_tool", "integration_loc", "library_loc",
+        )
+    },
+    # Shares of a trial's tasks.
+    "blocked": (0.0, 1.0),
+}  # fmt: skip
+
+
+def metric_bounds(metric: str, boolean: bool = False) -> tuple[float | None, float | None]:
+    """The declared range of ``metric`` (``METRIC_BOUNDS``); a boolean metric is in [0, 1];
+    otherwise (None, None): no bound is claimed."""
+    if metric in METRIC_BOUNDS:
+        return METRIC_BOUNDS[metric]
+    return (0.0, 1.0) if boolean else (None, None)
 
 
 # --------------------------------------------------------------------------- values

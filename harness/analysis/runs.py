@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.records import exercised_counts, is_exercised, records_frame
+from harness.analysis.records import exercised_counts, format_value, is_exercised, records_frame
 from harness.analysis.render import EXERCISED_NAME, write_exercised, write_table
 from harness.analysis.report import PlotSpec, draw_plot
 from harness.analysis.table import Table, TableSpec, build_table
@@ -69,6 +69,66 @@ def _param(config: ExperimentConfig, name: str) -> str:
     return cell_label(config, name)
 
 
+#: A placeholder in a table title: a dotted config key in braces, e.g. ``{agent.max_steps}``.
+TITLE_KEY = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)\}")
+
+
+def _dotted(data: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(data, Mapping) or part not in data:
+            raise KeyError(key)
+        data = data[part]
+    return data
+
+
+def fill_title(config: ExperimentConfig, title: str) -> str:
+    """``title`` with every ``{dotted.key}`` replaced by that key's value in the run's
+    config, so a title never states a budget or size an override changed. A key the cells
+    set is the values of the cells, in cell order (``10 or 30``). ValueError names a key
+    the config does not have."""
+    if "{" not in title:
+        return title
+    base = config.model_dump(mode="json")
+    cells = expand_cells(config)
+
+    def value(match: re.Match[str]) -> str:
+        key = match.group(1)
+        try:
+            default = _dotted(base, key)
+        except KeyError:
+            default = None
+            if not all(key in cell for cell in cells):
+                raise ValueError(
+                    f"title: {{{key}}} names no config key (a placeholder is a dotted config "
+                    "key, e.g. {agent.max_steps})"
+                ) from None
+        values = [cell.get(key, default) for cell in cells]
+        return " or ".join(dict.fromkeys(format_value(_hashable_value(v)) for v in values))
+
+    return TITLE_KEY.sub(value, title)
+
+
+def _hashable_value(v: Any) -> Any:
+    return json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else v
+
+
+def overrides_caption(manifest: Mapping[str, Any]) -> str:
+    """``Run with overrides: trials=20, agent.max_steps=10.`` from the manifest's
+    ``overrides`` (what the command line changed in the config file), or "" when none."""
+    given = manifest.get("overrides")
+    if not isinstance(given, Mapping) or not given:
+        return ""
+
+    def text(v: Any) -> str:
+        if isinstance(v, list):
+            return ",".join(text(x) for x in v)
+        if isinstance(v, dict):
+            return json.dumps(v, sort_keys=True)
+        return format_value(v)
+
+    return "Run with overrides: " + ", ".join(f"{k}={text(v)}" for k, v in given.items()) + "."
+
+
 def _table_spec(config: ExperimentConfig, t: TableModel) -> TableSpec:
     rows = _param(config, t.rows)
     return TableSpec(
@@ -77,7 +137,7 @@ def _table_spec(config: ExperimentConfig, t: TableModel) -> TableSpec:
         kind=t.kind,
         columns=tuple(_param(config, c) for c in t.columns),
         rows=rows,
-        title=t.title,
+        title=fill_title(config, t.title),
         method=t.method,
         row_order=tuple(config.modes) if rows == "mode" else (),
         requires=t.requires,
@@ -194,9 +254,12 @@ def _metric_problems(config: ExperimentConfig) -> list[str]:
     """Tables whose metric no trial record has. Metrics are whatever a trial reports, so a
     name that is not a known one is checked against one trial run in memory (nothing is
     written); that costs one trial, and only for such a name."""
-    unknown = [
-        (i, t.metric) for i, t in enumerate(config.report.tables) if t.metric not in KNOWN_METRICS
-    ]
+    known = KNOWN_METRICS
+    if config.agent.kind == "llm":  # a probe trial would need the model server
+        from harness.agents.llm import LLM_METRICS
+
+        known = known | set(LLM_METRICS)
+    unknown = [(i, t.metric) for i, t in enumerate(config.report.tables) if t.metric not in known]
     if not unknown:
         return []
     metrics = sorted(run_trial(plan(config)[0])["metrics"])
@@ -341,6 +404,7 @@ def write_run_report(run: Run) -> Report:
         except ValueError as exc:
             out.problems.append(f"{_spec_key(run.config, i, spec)}: {exc}")
             continue
+        tables[spec.name].overrides = overrides_caption(run.manifest)
         out.paths += write_table(tables[spec.name], run.run_dir / "tables")
     out.paths += write_exercised(
         df, run.run_dir / "tables", run.config.modes, _cell_order(run.config, df["cell_id"])

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import RunError
 from harness.experiment.config import validate_config
 from harness.experiment.record import TrialRecord
+from harness.experiment.rundir import read_manifest
 from harness.experiment.runner import plan, read_records
 from harness.experiment.trial import TrialTrace, run_trial
 
@@ -83,9 +85,9 @@ def replay(run_dir: Path, record: dict[str, Any]) -> Replay:
     """Run `record`'s trial again from the run's resolved config, with tracing."""
     manifest_path = run_dir / "manifest.json"
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        data = manifest["config"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        # read_manifest gives the grid in the order the run's cell ids name its keys.
+        data = read_manifest(run_dir)["config"]
+    except RunError as exc:
         raise ShowError(f"{manifest_path}: cannot read the run's config ({exc})") from None
     config = validate_config(data, manifest_path)
     specs = [s for s in plan(config) if s.key == record.get("key")]

@@ -1,4 +1,5 @@
-"""Proportions with exact intervals, two-sample tests and t intervals for the harness.
+"""Proportions with exact intervals, two-sample tests and t intervals (cut at a metric's
+range) for the harness.
 
 Proportions are reported with exact two-sided 95% Clopper–Pearson intervals (scipy; see
 docs/design.md, "Measuring"). Everything here is a pure function of its arguments: no
@@ -236,8 +237,22 @@ def compare_proportions(k1: int, n1: int, k2: int, n2: int, test: str = "fisher"
     return PairTest(test, p, (k1, n1), (k2, n2))
 
 
-def mean_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """(mean, lo, hi) with a two-sided Student t interval.
+def mean_ci(
+    values: Iterable[float],
+    confidence: float = 0.95,
+    lower: float | None = None,
+    upper: float | None = None,
+) -> tuple[float, float, float]:
+    """(mean, lo, hi) with a two-sided Student t interval, cut at the metric's range.
+
+    ``lower``/``upper`` are the bounds the metric cannot leave (0 for a count, a wait or a
+    residue; 0 and 1 for a share); None: unbounded. The t interval is symmetric, so for a
+    skewed non-negative sample (mostly 0, a few large values) it reaches below 0; the part
+    outside the range holds no possible mean, so cutting it off keeps the coverage and only
+    removes impossible values. Cutting rather than a bootstrap keeps the interval a pure
+    function of the values (no seed) and equal to the t interval wherever it fits.
+    Guarantees: lower <= lo <= mean <= hi <= upper whenever every value is in the range.
+    A value outside the range raises ValueError (the range is declared wrongly).
 
     One value gives (v, v, v) (no spread to estimate); no values gives three nans.
     Non-finite values raise ValueError: silently dropping them would change N.
@@ -246,12 +261,31 @@ def mean_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, f
     xs = [float(v) for v in values]
     if any(not math.isfinite(x) for x in xs):
         raise ValueError("mean_ci: values must be finite (drop missing values first)")
+    if lower is not None and upper is not None and lower > upper:
+        raise ValueError(f"mean_ci: lower bound {lower} is above upper bound {upper}")
+    outside = [
+        x for x in xs if (lower is not None and x < lower) or (upper is not None and x > upper)
+    ]
+    if outside:
+        raise ValueError(
+            f"mean_ci: value {outside[0]!r} is outside the declared range [{lower}, {upper}]"
+        )
     n = len(xs)
     if n == 0:
         return math.nan, math.nan, math.nan
     m = math.fsum(xs) / n
+    # fsum's mean of in-range values can round a hair outside the range (e.g. all values 1).
+    if lower is not None:
+        m = max(m, lower)
+    if upper is not None:
+        m = min(m, upper)
     if n == 1:
         return m, m, m
     sd = math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (n - 1))
     half = float(_sps.t.ppf(1 - alpha / 2, n - 1)) * sd / math.sqrt(n)
-    return m, m - half, m + half
+    lo, hi = min(m - half, m), max(m + half, m)
+    if lower is not None:
+        lo = max(lo, lower)
+    if upper is not None:
+        hi = min(hi, upper)
+    return m, lo, hi

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -28,6 +28,7 @@ from harness.analysis.records import (
     format_value,
     is_bool,
     is_exercised,
+    metric_bounds,
     normalize,
     value_sort_key,
 )
@@ -124,6 +125,12 @@ class Table:
     #: What each mode and the agent were allowed to retry (``budget_caption``); "" when the
     #: records do not say.
     budget: str = ""
+    #: The config keys the run was made with that differ from its config file
+    #: (``overrides_caption``; e.g. ``Run with overrides: trials=20.``); "" when none.
+    overrides: str = ""
+    #: The metric's declared range (lower, upper; None: unbounded) that the intervals of a
+    #: mean are cut at (``metric_bounds``).
+    bounds: tuple[float | None, float | None] = (None, None)
 
     @property
     def title(self) -> str:
@@ -158,9 +165,11 @@ class Table:
 
     @property
     def footer(self) -> str:
-        """N per cell plus what the cells and intervals are, then the retry budgets."""
+        """N per cell plus what the cells and intervals are, then the retry budgets and the
+        overrides the run was made with."""
         budget = f" {self.budget}" if self.budget else ""
-        return f"{self.n_text}; {_method_text(self)}{self.exercised_note}{budget}"
+        overrides = f" {self.overrides}" if self.overrides else ""
+        return f"{self.n_text}; {_method_text(self)}{self.exercised_note}{budget}{overrides}"
 
     @property
     def plot_note(self) -> str:
@@ -169,6 +178,8 @@ class Table:
         note = f"{_n_text(self, max_chars=160)}; {_method_text(self, plot=True)}"
         if self.not_exercised:
             note += f" Cells not exercised ({REQUIRES_TEXT[self.spec.requires]}) are not drawn."
+        if self.overrides:
+            note += f" {self.overrides}"
         return note
 
 
@@ -238,7 +249,8 @@ def _cell(spec: TableSpec, values: list[Any], bool_metric: bool) -> dict[str, An
         return dict(n=n, total=k, value=p.rate, lo=p.lo, hi=p.hi, method=spec.method, text=p.pct())
     if spec.kind == "mean":
         xs = [float(v) for v in values]
-        m, lo, hi = mean_ci(xs, conf)
+        # Cut at the metric's declared range: no impossible mean (a negative count or wait).
+        m, lo, hi = mean_ci(xs, conf, *metric_bounds(spec.metric, bool_metric))
         return dict(n=n, total=math.fsum(xs), value=m, lo=lo, hi=hi, method="t", text=_fmt_mean(m))
     if spec.kind == "per_1000":
         if bool_metric:
@@ -274,6 +286,51 @@ def _cell(spec: TableSpec, values: list[Any], bool_metric: bool) -> dict[str, An
     )
 
 
+def _with_facets(df: pd.DataFrame, spec: TableSpec, row_col: str) -> TableSpec:
+    """``spec`` with the cell parameters its columns leave out, where they tell cells apart.
+
+    A table cell must hold the trials of one cell of the experiment: if the configured
+    columns (say ``fp``) leave two cells (``fp=0.5`` at ``max_steps`` 10 and 30) under one
+    header, the parameters that differ between them become leading columns, in the order
+    cell ids name them, so every renderer (text, Markdown, CSV, LaTeX, plot panels) shows
+    them and no interval pools two settings."""
+    if "cell_id" not in df.columns or df.empty:
+        return spec
+    params = [c.removeprefix("cell.") for c in df.columns if c.startswith("cell.")]
+    rank = {p: i for i, p in enumerate(spec.label_order)}
+    candidates = sorted(
+        (p for p in params if p not in spec.columns and f"cell.{p}" != row_col),
+        key=lambda p: (rank.get(p, len(rank)), p),
+    )
+    ids = [str(v) for v in df["cell_id"].tolist()]
+    rows = [normalize(v) for v in df[row_col].tolist()]
+
+    def groups(columns: list[str]) -> list[tuple[Any, ...]]:
+        cols = [
+            [normalize(v) for v in df[_resolve(df, p, prefer_cell=True)].tolist()] for p in columns
+        ]
+        return [(rows[i], *(c[i] for c in cols)) for i in range(len(ids))]
+
+    extra: list[str] = []
+    for p in candidates:
+        keys = groups([*extra, *spec.columns])
+        cells: dict[tuple[Any, ...], set[str]] = {}
+        for key, cid in zip(keys, ids, strict=True):
+            cells.setdefault(key, set()).add(cid)
+        if all(len(c) == 1 for c in cells.values()):
+            break
+        # Only a parameter that differs inside a pooled group tells its cells apart.
+        inside: dict[tuple[Any, ...], set[Any]] = {}
+        for key, v in zip(keys, df[f"cell.{p}"].tolist(), strict=True):
+            if len(cells[key]) > 1:
+                inside.setdefault(key, set()).add(normalize(v))
+        if any(len(v) > 1 for v in inside.values()):
+            extra.append(p)
+    if not extra:
+        return spec
+    return replace(spec, columns=(*extra, *spec.columns))
+
+
 def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
     """Aggregate ``m.<spec.metric>`` over rows x column-parameter combinations.
 
@@ -289,6 +346,7 @@ def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
         metrics = sorted(c.removeprefix("m.") for c in df.columns if c.startswith("m."))
         raise ValueError(f"no metric {spec.metric!r} in records; metrics: {metrics}")
     row_col = _resolve(df, spec.rows, prefer_cell=False)
+    spec = _with_facets(df, spec, row_col)
     col_cols = [_resolve(df, p, prefer_cell=True) for p in spec.columns]
 
     row_vals = [normalize(v) for v in df[row_col].tolist()]
@@ -378,7 +436,13 @@ def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
     display = pd.DataFrame(
         matrix, index=pd.Index(row_labels, name=spec.rows), columns=col_labels, dtype=object
     )
-    return Table(spec=spec, data=data, display=display, budget=budget_caption(df, spec.row_order))
+    return Table(
+        spec=spec,
+        data=data,
+        display=display,
+        budget=budget_caption(df, spec.row_order),
+        bounds=metric_bounds(spec.metric, bool_metric),
+    )
 
 
 def budget_caption(df: pd.DataFrame, mode_order: tuple[str, ...] | list[str] = ()) -> str:
@@ -465,6 +529,22 @@ def _method_text(table: Table, plot: bool = False) -> str:
     }[spec.kind]
     if spec.kind == "sum":
         return f"{what} (no interval)." if plot else f"cells are {what} / N (no interval)."
+    cut = _range_text(table) if spec.kind == "mean" else ""
     if plot:
-        return f"{what} with {conf} {label} intervals."
-    return f"cells are {what}; {conf} {label} intervals in the CSV."
+        return f"{what} with {conf} {label} intervals{cut}."
+    return f"cells are {what}; {conf} {label} intervals{cut} in the CSV."
+
+
+def _range_text(table: Table) -> str:
+    """Says where a mean's t intervals are cut (the metric's declared range), or ""."""
+    lower, upper = table.bounds
+    metric = table.spec.metric
+    if upper is None:
+        if lower is None:
+            return ""
+        if lower == 0:
+            return f" cut at 0 ({metric} cannot be negative)"
+        return f" cut at {lower:g} ({metric} cannot be below it)"
+    if lower is None:
+        return f" cut at {upper:g} ({metric} cannot exceed it)"
+    return f" cut to [{lower:g}, {upper:g}] ({metric} cannot leave it)"

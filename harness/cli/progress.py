@@ -1,12 +1,15 @@
 """Progress of a run on stderr: a rich bar on a terminal, plain lines in a pipe or a log,
-and a one-time estimate of a long run."""
+and a one-time estimate of a long run. A run whose agent is a real model also prints a line
+per request to the model server (step k of max_steps, tokens and tokens per second, a
+waiting request every 15 s, a time-out): above the bar on a terminal, plain in a pipe;
+--quiet prints none."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,9 +145,10 @@ def run_with_progress(
     quiet: bool = False,
     executor: str = "local",
     scheduler: str | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run with a rich bar on a terminal, plain progress lines otherwise, none if quiet;
-    `started` gets the run directory as soon as it exists."""
+    `started` gets the run directory as soon as it exists; `overrides` go to the manifest."""
     terminal = sys.stderr.isatty()
     with progress_bar() if terminal and not quiet else contextlib.nullcontext() as bar:
         console = bar.console if bar is not None else stderr()
@@ -172,16 +176,42 @@ def run_with_progress(
 
         from harness.experiment.runner import run as run_experiment
 
-        return run_experiment(
-            config,
-            out=out,
-            jobs=jobs,
-            resume=resume,
-            progress=progress,
-            on_start=started.append,
-            damaged=damaged,
-            notice=lambda text: say(text, "yellow"),
-            limit=limit,
-            executor=executor,
-            scheduler=scheduler,
-        )
+        with _request_lines(config, say, quiet):
+            return run_experiment(
+                config,
+                out=out,
+                jobs=jobs,
+                resume=resume,
+                progress=progress,
+                on_start=started.append,
+                damaged=damaged,
+                notice=lambda text: say(text, "yellow"),
+                limit=limit,
+                executor=executor,
+                scheduler=scheduler,
+                overrides=overrides,
+            )
+
+
+@contextlib.contextmanager
+def _request_lines(
+    config: ExperimentConfig, say: Callable[[str], None], quiet: bool
+) -> Iterator[None]:
+    """While a kind-llm run runs (and not quiet), every request to the model server is a
+    line (harness.agents.llm.RequestEvent); forked workers inherit the callback."""
+    if quiet or config.agent.kind != "llm":
+        yield
+        return
+    from harness.agents.llm import RequestEvent, set_request_progress
+
+    name = config.name or "run"
+
+    def line(event: RequestEvent) -> None:
+        if event.phase != "start":  # the answer's own line says the rest
+            say(f"{name}: {event.line()}")
+
+    set_request_progress(line)
+    try:
+        yield
+    finally:
+        set_request_progress(None)

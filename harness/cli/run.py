@@ -183,8 +183,9 @@ def _execute(
     quiet: bool = False,
     executor: str = "local",
     scheduler: str | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> None:
-    """Run (or resume), then report; on SIGINT/SIGTERM, a disk error or a lost cluster print
+    """Run (or resume), then report (`overrides`: what the flags changed, for the manifest); on SIGINT/SIGTERM, a disk error or a lost cluster print
     one line with the command that resumes the run."""
     from harness.experiment.executors import ExecutorLost
     from harness.experiment.interrupts import exit_code, set_note
@@ -202,7 +203,7 @@ def _execute(
     try:
         result = run_with_progress(
             config, out, jobs or jobs_default(), resume, started, damaged, limit, quiet,
-            executor, scheduler,
+            executor, scheduler, overrides,
         )  # fmt: skip
     except (RunIOError, ExecutorLost) as exc:
         run_dir = started[0] if started else resume
@@ -291,9 +292,11 @@ def run(
     overrides.update(extra)
     cfg = _resolve(config, resume, overrides, pinned or None, size_limits(max_cells, max_trials))
     args = _again_args(set_, trials, seed, modes, max_cells, max_trials, executor, scheduler)
+    # A grid key --set pins is an override of one value, as the caption should say it.
+    given = {**overrides, **{k: v[0] for k, v in (pinned or {}).items()}}
     _execute(
         ["run", *args], config, cfg, jobs, out, resume, damaged.value, limit, quiet, executor,
-        scheduler,
+        scheduler, given,
     )  # fmt: skip
 
 
@@ -343,7 +346,8 @@ def sweep(
         raise flag_error(exc) from None
     cfg = _resolve(config, resume, overrides, grid or None, size_limits(max_cells, max_trials))
     args = _again_args(set_, trials, seed, modes, max_cells, max_trials, executor, scheduler)
+    given = {**overrides, **{f"grid.{k}": v for k, v in (grid or {}).items()}}
     _execute(
         ["sweep", *args], config, cfg, jobs, out, resume, damaged.value, limit, quiet, executor,
-        scheduler,
+        scheduler, given,
     )  # fmt: skip

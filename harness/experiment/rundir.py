@@ -285,7 +285,39 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
             f"{path}: damaged manifest: {why}; restore it from a copy, or start a new run "
             "(its trial records cannot be told apart from another config's without it)"
         )
+    _restore_grid_order(Path(run_dir), data["config"])
     return data
+
+
+def _restore_grid_order(run_dir: Path, config: dict[str, Any]) -> None:
+    """Put the stored config's grid keys back in the order the run's records name them.
+
+    Manifests written before nested order was kept hold the grid sorted by key, while the
+    records' cell ids name the keys in the order the run was given them; re-planning in the
+    sorted order would then name no recorded trial. The first record's cell id says the
+    order (a grid key's label is found where the id names it: at the start or after a
+    comma); keys it does not name keep their place after those it does."""
+    grid = config.get("grid")
+    if not isinstance(grid, dict) or len(grid) < 2:
+        return
+    try:
+        with (run_dir / TRIALS).open("rb") as fh:
+            first = json.loads(fh.readline() or b"{}")
+    except (OSError, ValueError):
+        return
+    cid = first.get("cell_id") if isinstance(first, dict) else None
+    if not isinstance(cid, str):
+        return
+    labels = config.get("labels") if isinstance(config.get("labels"), dict) else {}
+
+    def where(key: str) -> int:
+        name = f"{labels.get(key, key)}="
+        found = [m.start() for m in re.finditer(re.escape(name), cid)]
+        at = [i for i in found if i == 0 or cid[i - 1] == ","]
+        return at[0] if at else len(cid)
+
+    rank = {k: (where(k), i) for i, k in enumerate(grid)}
+    config["grid"] = {k: grid[k] for k in sorted(grid, key=rank.__getitem__)}
 
 
 #: os.replace, through a name tests can replace to inject a read-only file system.
@@ -297,7 +329,11 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     path = Path(run_dir) / MANIFEST
     tmp = path.with_name(f"{MANIFEST}.{os.getpid()}.tmp")  # per process: report may settle too
     try:
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        # Top-level keys sorted; nested mappings keep their order: the config's grid keys
+        # (and each cell's keys) in the order given are the order cell ids name them in,
+        # so re-planning from the manifest must see that order (see `read_manifest`).
+        text = json.dumps(dict(sorted(manifest.items())), indent=2)
+        tmp.write_text(text + "\n", encoding="utf-8")
         _replace(tmp, path)
     except OSError as exc:
         try:

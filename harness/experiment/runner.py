@@ -20,7 +20,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +105,32 @@ def plan(config: ExperimentConfig, limit: int | None = None) -> list[TrialSpec]:
                     )
                 )
     return specs
+
+
+def _ordered_like(mapping: dict[str, Any], like: Any) -> dict[str, Any]:
+    """`mapping` with the keys `like` has first, in `like`'s order, then the rest."""
+    first = [k for k in like if k in mapping] if isinstance(like, dict) else []
+    return {k: mapping[k] for k in [*first, *(k for k in mapping if k not in first)]}
+
+
+def in_run_order(config: ExperimentConfig, run_dir: Path) -> ExperimentConfig:
+    """`config` with its grid keys and each cell's keys in the order of the run it resumes.
+
+    A cell id names its keys in the order the config gave them, and the config hash does
+    not see that order, so a resume whose overrides name the keys in another order (two
+    `--set`s swapped) is the same config but would plan other ids; the run's own order
+    keeps every recorded trial in the plan. A run that cannot be read is left to
+    `_open_run` to report."""
+    try:
+        stored = read_manifest(run_dir)["config"]
+    except RunError:
+        return config
+    grid = _ordered_like(config.grid, stored.get("grid"))
+    cells = config.cells
+    stored_cells = stored.get("cells")
+    if isinstance(stored_cells, list) and len(stored_cells) == len(cells):
+        cells = [_ordered_like(c, s) for c, s in zip(cells, stored_cells, strict=True)]
+    return config.model_copy(update={"grid": grid, "cells": cells})
 
 
 def git_revision() -> str | None:
@@ -269,6 +295,7 @@ def run(
     limit: int | None = None,
     executor: str = DEFAULT_EXECUTOR,
     scheduler: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Run (or resume) an experiment and return where its records are.
 
@@ -294,9 +321,15 @@ def run(
     cannot be reached or a missing dask install (RunError) leaves nothing behind. Records
     are the same whichever executor ran them, apart from `timings`; with more than one
     worker they are written in the order they finish.
+
+    `overrides` (dotted config key -> value, as the command line changed the config file) are
+    kept in the manifest (`overrides`) of a new run, so that its tables can say what it was
+    run with; a resume keeps the ones its run started with.
     """
     if damaged not in DAMAGED_CHOICES:
         raise ValueError(f"damaged must be one of {DAMAGED_CHOICES}, got {damaged!r}")
+    if resume is not None:
+        config = in_run_order(config, Path(resume))
     specs = plan(config, limit)
     digest = config_hash(config)
     name = config.name or "experiment"
@@ -313,6 +346,8 @@ def run(
                 if on_start:
                     on_start(opened[0])
             run_dir, _, manifest = opened
+            if overrides and "overrides" not in manifest:
+                manifest["overrides"] = dict(overrides)  # written with the status below
             return _run_locked(
                 specs, digest, name, run_dir, manifest, engine, resume, progress, damaged,
                 notice, limit, {s.key for s in plan(config)} if limit is not None else None,

@@ -5,7 +5,9 @@ The verdict rule (``judge``; also written at the top of every REPRODUCTION.md as
 a paper value p, printed with a rounding of h (half a unit of its last printed digit), is
 *reproduced* when it lies in our two-sided 95% interval widened by h: lo - h <= p <= hi + h.
 The interval is Clopper-Pearson for proportions (and for counts, compared as the rate
-count / the paper's N), Student t for means (a cell whose every trial gave the same value
+count / the paper's N), Student t for means, cut at the metric's declared range as the
+run's tables show it (a count or a wait cannot be negative; a paper value is never below
+0 there, so the cut changes no verdict; a cell whose every trial gave the same value
 has the one-point interval [v, v], so a deterministic 0 must be 0), exact (Clopper-Pearson
 or Poisson) for rates per 1,000. A trial count (`trials`) is reproduced when equal. A value
 outside is *differs*. *Not comparable*: no config maps the table yet, the cell is not mapped
@@ -73,8 +75,9 @@ RULE = (
     "A paper value p, printed with a rounding of h (half a unit of its last printed digit), "
     "is **reproduced** when it lies in our two-sided 95% interval widened by h: "
     "lo - h <= p <= hi + h. Intervals: Clopper-Pearson for proportions (a count is compared "
-    "as the rate count / the paper's N), Student t for means (a cell whose every trial gave "
-    "the same value has the one-point interval [v, v], so a deterministic 0 must be exactly "
+    "as the rate count / the paper's N), Student t for means, cut at the metric's declared "
+    "range as the run's tables show it (a count or a wait cannot be negative; a cell whose "
+    "every trial gave the same value has the one-point interval [v, v], so a deterministic 0 must be exactly "
     "0), exact Clopper-Pearson or Poisson for rates per 1,000. A trial count is reproduced "
     "when equal. Otherwise the cell **differs**; its explanation by mechanism comes from "
     "`harness/paper/paper_notes.yaml`, and a differing cell without one is flagged "
