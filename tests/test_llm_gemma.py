@@ -79,6 +79,8 @@ class LlamaServer:
                 [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
                  "--model_alias", MODEL_ALIAS, "--chat_format", "chatml-function-calling",
                  "--n_ctx", str(N_CTX), "--n_threads", "1", "--n_threads_batch", batch,
+                 # The README's settings: no logits kept per prompt token (1 MB each).
+                 "--n_batch", "512", "--logits_all", "false",
                  "--host", "127.0.0.1", "--port", str(self.port)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             )
@@ -128,6 +130,9 @@ def run(out: Path, url: str, cache: Path) -> tuple[Any, list[dict[str, Any]]]:
         "--set", f"agent.cache_dir={cache}",
         "--set", "agent.max_steps=3",  # a small budget keeps the test to minutes on 2 cores
         "--set", "agent.max_tokens=256",
+        # With tau2's policy as the system prompt (the config's default) a 270M model answers
+        # every ticket in words; the short prompt gets it to call the tools this test follows.
+        "--set", "agent.system_prompt=short",
         "--set", "fp=0.7",  # mixed faults at a high rate: some calls fail
     ]
     result = runner.invoke(app, args)
@@ -152,8 +157,9 @@ def test_gemma_through_llama_cpp_drives_the_retail_tools(
         assert llm["conversations"] and llm["conversations"][0][0]["role"] == "system"
         assert llm["usage"]["requests"] >= 1
         assert llm["usage"]["prompt_tokens"] > 0 and llm["usage"]["completion_tokens"] > 0
-        assert len(llm["tool_calls"]) == agent["steps"] <= 3
-        assert llm["stop"] in ("answered", "out_of_budget", "model_error", "aborted")
+        # A request past agent.request_timeout_s is a failed step of its own.
+        assert len(llm["tool_calls"]) + len(llm["failed_requests"]) == agent["steps"] <= 3
+        assert llm["stop"] in ("answered", "out_of_budget", "model_error", "timeout", "aborted")
         assert len(record["timings"]["llm"][0]["requests"]) == llm["usage"]["requests"]
     # Calls reached the tools, through the modes, and their results went back to the model.
     assert sum(a["steps"] for a in agents) > 0

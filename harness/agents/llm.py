@@ -1,9 +1,12 @@
 """The LLM agent of the harness: a real model behind an OpenAI-compatible endpoint (OpenAI,
 vLLM, llama.cpp's server) plans and calls the workload's tools (`agent.kind: llm`).
 
-tau2's solo style: the system prompt is tau2's solo instructions with the retail policy
-(`system_prompt: tau2`) or a few lines for small models (`short`, which also ends the ticket
-with "Call a function."); the task's ticket is the user message; the workload's tools are
+tau2's solo style: the system prompt is tau2's solo instructions with the domain policy
+(`system_prompt: tau2`, the default) or a few lines for small models (`short`, which also ends
+the ticket with "Call a function."); the task's ticket is the user message (the workload's:
+tau2's `ticket` field where a task has one; tau2's retail tasks have none, so the retail
+workload gives the customer's reason for the call and what they know and do not, never the
+user simulator's private task instructions); the workload's tools are
 offered with their JSON schemas (`atomix.schemas`). Each tool call the model makes
 becomes a harness `ToolCall` delivered through the mode's session, so faults are injected
 below the mode exactly as for every agent. Results go back to the model as tool messages (as
@@ -20,6 +23,24 @@ commits (a task's pre-commit veto aborts instead). When the budget runs out firs
 server refuses the conversation (HTTP 400, e.g. it outgrew the context window), the task is
 unfinished and its transaction aborts, as the scripted agent's does when its budget runs
 out.
+
+Time-outs: a request with no answer within `agent.request_timeout_s` (default 120 s) is a
+failed step: it counts as one step against max_steps, the record lists it under
+`llm.failed_requests` and says `llm.stop: timeout`, and the task ends unfinished (its
+transaction aborts) while the trial completes and is recorded. The model gets nothing back
+for that turn, and the conversation is not asked again: at temperature 0 the same request
+would take as long again. The time-out is cached with its length, like an answer: the same
+request in another mode, or in a rerun, fails at once instead of queueing behind a server
+still busy with it (llama.cpp's server finishes what a client gave up on, and its
+chatml-function-calling handler ignores max_tokens); a run with a longer
+agent.request_timeout_s asks again, and an answer then replaces the cached time-out. Which
+requests time out depends on the machine, so a fresh cache on another machine may record
+other outcomes. The request runs in a helper thread that the caller
+waits for in short slices, so Ctrl-C interrupts a run in the middle of a request at once.
+
+Progress: `set_request_progress` installs a callback that hears of every request sent to the
+server (its start, every 15 s of waiting, its end with tokens and seconds, a time-out);
+`atomix run` prints them (harness.cli.progress) unless --quiet.
 
 Aborts by the mode: a non-retryable one ends the task. After a retryable one (a stale read,
 a time-out) the agent starts a fresh attempt: a new transaction and a fresh conversation
@@ -42,10 +63,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import os
 import random
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,28 +86,97 @@ from harness.world.clock import Sleep
 from harness.world.tooling import ToolCall, ToolDef, ToolError
 
 __all__ = [
+    "LLM_METRICS",
     "Briefing",
     "LlmOutcome",
     "ModelClient",
     "ModelError",
+    "RequestEvent",
+    "RequestTimedOut",
     "briefing",
+    "set_request_progress",
     "run_llm_agent",
     "wire_messages",
 ]
 
 DUMMY_API_KEY = "sk-no-key"  # what a local server gets when no key is configured
 
+#: The metrics every record of an `agent.kind: llm` run has (LlmLoop.metrics): requests sent,
+#: tokens read and written, requests that timed out.
+LLM_METRICS = ("llm_requests", "llm_prompt_tokens", "llm_completion_tokens", "llm_timeouts")
+
+#: How often the caller wakes while a request runs: the bound on how long a Ctrl-C waits.
+POLL_S = 0.1
+#: A waiting request is reported this often (progress lines).
+WAITING_EVERY_S = 15.0
+#: Retries of a request the server could not take (connection refused, HTTP 429/5xx), within
+#: the request's time-out; a time-out itself is never retried.
+TRANSIENT_RETRIES = 2
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEvent:
+    """One report about a request sent to the model server (never about a cached answer).
+    `phase`: `start`, `waiting` (every WAITING_EVERY_S), `done` (with token counts) or
+    `timeout`. `step` is the tool calls the task has used so far, of `max_steps`."""
+
+    phase: str
+    agent: str
+    task: str
+    request: int
+    step: int
+    max_steps: int
+    elapsed_s: float = 0.0
+    timeout_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def line(self) -> str:
+        """The event as one plain line."""
+        head = f"{self.agent} {self.task}: request {self.request}, step {self.step}/{self.max_steps}"
+        if self.phase == "start":
+            return f"{head}: asking the model"
+        if self.phase == "waiting":
+            return f"{head}: waiting {self.elapsed_s:.0f} s (time-out {self.timeout_s:.0f} s)"
+        if self.phase == "timeout":
+            return f"{head}: no answer in {self.timeout_s:.0f} s, a failed step"
+        tokens = self.prompt_tokens + self.completion_tokens
+        rate = tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        out = self.completion_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return (f"{head}: {self.prompt_tokens} prompt + {self.completion_tokens} completion "
+                f"tokens in {self.elapsed_s:.1f} s ({rate:.0f} tok/s, {out:.1f} written/s)")
+
+
+_PROGRESS: list[Callable[[RequestEvent], None]] = []
+
+
+def set_request_progress(callback: Callable[[RequestEvent], None] | None) -> None:
+    """Send every RequestEvent of this process (and of workers forked after the call) to
+    `callback`; None stops it."""
+    _PROGRESS.clear()
+    if callback is not None:
+        _PROGRESS.append(callback)
+
+
+def _report(event: RequestEvent) -> None:
+    for callback in _PROGRESS:
+        try:
+            callback(event)
+        except Exception:  # noqa: BLE001 - progress must never fail a trial
+            pass
+
 _TAU2_INSTRUCTIONS = """\
-You are a customer service agent who helps the user according to the <policy> below.
-You are given a ticket with the user's request (it speaks to the user: "you" is the user).
-Plan, and call the tools to resolve the ticket. You cannot talk to the user, only call tools.
-When the ticket is resolved, or cannot be, reply with a short summary and no tool call.
-Always follow the policy. Always generate valid JSON only."""
+You are a customer service agent that helps the user according to the <policy> provided below.
+You will be provided with a ticket that contains the user's request.
+You will need to plan and call the appropriate tools to solve the ticket.
+You cannot communicate with the user, only make tool calls.
+Stop when you consider that you have solved the ticket: reply with a short summary for the
+user and no tool call.
+Always follow the policy. Always make sure you generate valid JSON only."""
 
 _SHORT_PROMPT = """\
 You are a retail customer service agent. Resolve the user's ticket by calling tools; you \
-cannot talk to the user. The ticket speaks to the user ("you" is the user). First find the \
-user id (by email, or by name and zip), then read the orders and products you need, then \
+cannot talk to the user. First find the user id (by email, or by name and zip), then read the orders and products you need, then \
 make the change the ticket asks for. Order ids start with '#'. When done, reply with a \
 one-line summary and no tool call."""
 
@@ -112,9 +204,10 @@ def briefing(
     on (a task without a ticket, no tool schemas) or offers a tool it does not have."""
     if not tool_schemas or any(not t.ticket for t in tasks):
         raise RunError(
-            f"agent.kind llm: workload {workload!r} gives its tasks no ticket (a request in "
-            "words) or offers no tool schemas, so a model has nothing to act on; use "
-            "agent.kind gold or llm-like with it, or a workload with tickets (tau_retail)"
+            f"agent.kind llm: workload {workload!r} gives its tasks no ticket (the request a "
+            "solo agent acts on) or offers no tool schemas, so a model has nothing to act on; "
+            "use agent.kind gold, llm-like or noop with it, or a workload with tickets "
+            "(tau_retail)"
         )
     unknown = sorted(s.name for s in tool_schemas if s.name not in tools)
     if unknown:
@@ -131,6 +224,20 @@ def briefing(
 class ModelError(Exception):
     """The server refused this conversation (HTTP 400/422, e.g. longer than its context):
     the agent cannot go on with it. Cached like an answer, so a rerun refuses alike."""
+
+
+class RequestTimedOut(Exception):
+    """No answer within agent.request_timeout_s. Cached with that time-out: the same
+    request under a time-out as short or shorter times out again without asking."""
+
+    def __init__(self, message: str, *, cached: bool = False) -> None:
+        super().__init__(message)
+        self.cached = cached
+
+
+def _timed_out(entry: Mapping[str, Any]) -> bool:
+    """A cache entry an answer may replace: a time-out."""
+    return "timed_out_after_s" in entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,21 +299,80 @@ class ModelClient:
             request["max_tokens"] = c.max_tokens
         return request
 
-    def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> Reply:
+    def complete(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
+        report: Callable[..., RequestEvent] | None = None,
+    ) -> Reply:
+        """The answer to the conversation, from the cache or the server. Raises ModelError
+        (refused), RequestTimedOut (no answer in time) or RunError (no server). `report(phase,
+        **fields)` makes the RequestEvents of a request sent to the server."""
         request = self.request(messages, tools)
+        timeout = self.config.request_timeout_s
         stored = self.cache.get(request)
+        if stored is not None and float(stored.get("timed_out_after_s", timeout)) < timeout:
+            stored = None  # it timed out under a shorter time-out: this one may get an answer
         cached, latency = stored is not None, 0.0
         if stored is None:
             start = time.perf_counter()
-            fresh = self._ask(request)
-            latency = time.perf_counter() - start
             try:
-                stored = self.cache.put(request, fresh)
+                fresh = self._ask_in_time(request, report)
+            except RequestTimedOut as exc:
+                # Stored, so the same request in another mode or a rerun does not wait again
+                # on a server that is still busy with it (llama.cpp's server finishes what a
+                # client gave up on); a longer agent.request_timeout_s asks again.
+                fresh = {"timed_out_after_s": timeout, "error": str(exc)}
+            latency = time.perf_counter() - start
+            if report is not None and "usage" in fresh:
+                _report(report("done", elapsed_s=latency, **fresh["usage"]))
+            try:
+                stored = self.cache.put(request, fresh, supersedes=_timed_out)
             except OSError as exc:
                 raise RunError(f"agent.cache_dir: {exc}") from None
+        if "timed_out_after_s" in stored:
+            raise RequestTimedOut(str(stored["error"]), cached=cached)
         if "error" in stored:
             raise ModelError(str(stored["error"]))
         return Reply(stored["message"], stored["usage"], cached, latency)
+
+    def _ask_in_time(
+        self, request: Mapping[str, Any], report: Callable[..., RequestEvent] | None
+    ) -> dict[str, Any]:
+        """`_ask` in a daemon thread, waited for in POLL_S slices: a signal handler runs
+        between slices (Ctrl-C is not held by a blocking socket), and the wait ends at the
+        time-out whatever the HTTP client does. An abandoned request's thread ends with its
+        socket's own time-out, or with the process."""
+        timeout = self.config.request_timeout_s
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                box["answer"] = self._ask(request)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        if report is not None:
+            _report(report("start", timeout_s=timeout))
+        start = time.monotonic()
+        threading.Thread(target=ask, name="atomix-llm-request", daemon=True).start()
+        next_note = WAITING_EVERY_S
+        while not done.wait(POLL_S):
+            elapsed = time.monotonic() - start
+            if elapsed >= timeout:
+                break
+            if report is not None and elapsed >= next_note:
+                _report(report("waiting", elapsed_s=elapsed, timeout_s=timeout))
+                next_note += WAITING_EVERY_S
+        if not done.is_set():
+            if report is not None:
+                _report(report("timeout", elapsed_s=time.monotonic() - start, timeout_s=timeout))
+            raise RequestTimedOut(f"no answer from the model within {timeout:g} s "
+                                  "(agent.request_timeout_s)")
+        if "error" in box:
+            raise box["error"]
+        return dict(box["answer"])
 
     def _client(self) -> Any:
         try:
@@ -219,8 +385,10 @@ class ModelClient:
         c = self.config
         key = (str(c.base_url), _api_key(c.api_key_env), c.request_timeout_s)
         if key not in _CLIENTS:
+            # No retries in the SDK: it would retry a time-out too, past the caller's deadline;
+            # _ask retries what is transient itself.
             _CLIENTS[key] = openai.OpenAI(
-                base_url=key[0], api_key=key[1], timeout=c.request_timeout_s, max_retries=2
+                base_url=key[0], api_key=key[1], timeout=c.request_timeout_s, max_retries=0
             )
         return _CLIENTS[key]
 
@@ -230,8 +398,23 @@ class ModelClient:
 
         client = self._client()
         sent = {k: v for k, v in request.items() if k != "base_url"}
+        deadline = time.monotonic() + self.config.request_timeout_s
         try:
-            completion = client.chat.completions.create(**sent)
+            for retry in range(TRANSIENT_RETRIES + 1):
+                try:
+                    completion = client.chat.completions.create(**sent)
+                    break
+                except openai.APITimeoutError:
+                    raise
+                except (openai.APIConnectionError, openai.RateLimitError,
+                        openai.InternalServerError):
+                    if retry == TRANSIENT_RETRIES or time.monotonic() + 1.0 >= deadline:
+                        raise
+                    time.sleep(0.5 * 2**retry)
+        except openai.APITimeoutError:
+            raise RequestTimedOut(
+                f"no answer from the model within {self.config.request_timeout_s:g} s "
+                "(agent.request_timeout_s)") from None
         except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
             # About this conversation, not the server: the same request is refused again.
             return {"error": f"HTTP {exc.status_code}: {_error_text(exc)}"}
@@ -320,12 +503,27 @@ class LlmOutcome(AgentOutcome):
         default_factory=lambda: {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
     )
     requests: list[dict[str, Any]] = field(default_factory=list)
-    stop: str = ""  # why the last conversation ended: answered, out_of_budget, model_error, aborted
+    # Requests that got no answer in time: {"attempt", "step", "error"} (see the module).
+    failed_requests: list[dict[str, Any]] = field(default_factory=list)
+    # why the last conversation ended: answered, out_of_budget, model_error, timeout, aborted
+    stop: str = ""
 
     def record(self) -> dict[str, Any]:
-        """The transcript for the trial record (deterministic: no clock in it)."""
+        """The transcript for the trial record (no clock in it; deterministic unless a
+        request timed out)."""
         return {"llm": {"stop": self.stop, "usage": dict(self.usage),
-                        "tool_calls": self.tool_calls, "conversations": self.conversations}}
+                        "tool_calls": self.tool_calls, "conversations": self.conversations,
+                        "failed_requests": self.failed_requests}}
+
+    def messages_to_user(self) -> list[str]:
+        """The text of every assistant message of every attempt (what tau2's COMMUNICATE
+        check reads)."""
+        return [str(m["content"]) for c in self.conversations for m in c
+                if m.get("role") == "assistant" and isinstance(m.get("content"), str) and m["content"]]
+
+    def tools_called(self) -> list[str]:
+        """The names of the tools whose calls succeeded."""
+        return [str(c["name"]) for c in self.tool_calls if c.get("outcome") == "ok"]
 
     def timings(self) -> dict[str, Any]:
         return {
@@ -463,12 +661,27 @@ async def run_llm_agent(
                 lo, hi = policy.plan_delay_ms
                 if hi > 0:
                     await Sleep(rng.uniform(lo, hi))
+                report = functools.partial(
+                    RequestEvent, agent=ctx.agent, task=task.task_id,
+                    request=outcome.usage["requests"] + 1, step=used, max_steps=config.max_steps)
                 try:
-                    reply = client.complete(messages, brief.tools)
+                    reply = client.complete(messages, brief.tools, report)
                 except ModelError as exc:
                     outcome.stop = "model_error"
                     raise _Stop(f"the model server refused the conversation: {exc}",
                                 out_of_budget=False) from None
+                except RequestTimedOut as exc:
+                    # A failed step: it costs one of max_steps, the model gets nothing back,
+                    # and the task ends unfinished (asked again, it would time out again).
+                    used += 1
+                    outcome.usage["requests"] += 1
+                    outcome.requests.append({
+                        "latency_s": 0.0 if exc.cached else config.request_timeout_s,
+                        "cached": exc.cached, "timeout": True})
+                    outcome.failed_requests.append(
+                        {"attempt": outcome.attempts, "step": used, "error": str(exc)})
+                    outcome.stop = "timeout"
+                    raise _Stop(str(exc), out_of_budget=False) from None
                 outcome.requests.append({"latency_s": reply.latency_s, "cached": reply.cached})
                 outcome.usage["requests"] += 1
                 for key in ("prompt_tokens", "completion_tokens"):
@@ -541,8 +754,11 @@ class LlmLoop:
 
     def metrics(self, outcomes: list[AgentOutcome]) -> dict[str, Any]:
         # Tokens the conversations took (cached answers count what they cost once).
-        return {f"llm_{key}": sum(o.usage[key] for o in outcomes)  # type: ignore[attr-defined]
-                for key in ("requests", "prompt_tokens", "completion_tokens")}
+        llm = [o for o in outcomes if isinstance(o, LlmOutcome)]
+        metrics = {f"llm_{key}": sum(o.usage[key] for o in llm)
+                   for key in ("requests", "prompt_tokens", "completion_tokens")}
+        metrics["llm_timeouts"] = sum(len(o.failed_requests) for o in llm)
+        return metrics
 
     def record(self, outcome: AgentOutcome) -> dict[str, Any]:
         return outcome.record()  # type: ignore[attr-defined]

@@ -11,7 +11,9 @@ Layout: `<root>/<first 2 hex digits>/<sha256>.json`, each file `{"request", "res
 A write goes to a temporary file in the same directory, is flushed to disk, then linked into
 place: an interrupted run never leaves a half-written entry, and when two processes answer
 the same request at once, the first entry to land wins and both use it (a later writer
-reads it back), so every record of a run agrees with the cache.
+reads it back), so every record of a run agrees with the cache. The one exception is an
+entry the writer says its answer supersedes (`put(..., supersedes=)`: the LLM agent's
+cached time-out, which a later answer under a longer time-out replaces).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +74,12 @@ class CompletionCache:
         response = entry.get("response")
         return response if isinstance(response, dict) else None
 
-    def put(self, request: Mapping[str, Any], response: Mapping[str, Any]) -> dict[str, Any]:
+    def put(
+        self, request: Mapping[str, Any], response: Mapping[str, Any],
+        supersedes: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> dict[str, Any]:
+        """Store `response`; the entry the cache holds afterwards. An existing entry wins,
+        unless `supersedes(existing)` says `response` replaces it."""
         path = self._path(request_key(request))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,9 +91,11 @@ class CompletionCache:
                 os.link(tmp, path)  # refuses to overwrite: the first entry to land wins
             except FileExistsError:
                 existing = self.get(request)
-                if existing is not None:
+                if existing is not None and not (
+                    supersedes is not None and existing != response and supersedes(existing)
+                ):
                     return existing
-                os.replace(tmp, path)  # what is there is unreadable: ours replaces it
+                os.replace(tmp, path)  # unreadable, or superseded: ours replaces it
                 tmp = None
             except OSError:
                 os.replace(tmp, path)  # a file system without hard links: the last one wins

@@ -5,6 +5,8 @@ the record. A new kind of agent is a class here (or in its own module) plus one 
 - `scripted` (kinds `gold`, `llm-like`): `harness.agents.task.run_agent` with the kind's policy.
 - `llm` (`harness.agents.llm`): a real model; imported only when a config asks for it, since it
   is the one agent that needs an SDK.
+- `noop` (`harness.agents.noop`): the do-nothing control; any agent-level config runs it with
+  `--set agent.kind=noop`, or beside its agent as a grid axis `agent.kind: [llm-like, noop]`.
 
 A row's `meta["needs"]` maps each package the kind imports beyond the main install to how to
 install it; `missing_packages` says which of them cannot be imported here.
@@ -81,6 +83,8 @@ LOOPS: Registry[Any] = Registry("agent kind", [
     Entry("llm", "harness.agents.llm:LlmLoop",
           "a real model behind an OpenAI-compatible endpoint (needs pip install '.[llm]')",
           {"needs": {"openai": "pip install '.[llm]'"}}),
+    Entry("noop", "harness.agents.noop:NoopLoop",
+          "the do-nothing control: stops at once, no call, no message (harness.agents.noop)"),
 ])
 
 

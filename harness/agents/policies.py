@@ -255,7 +255,7 @@ class AgentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["gold", "llm-like", "llm"] = "gold"
+    kind: Literal["gold", "llm-like", "llm", "noop"] = "gold"
     # tau2 counts tool calls per task; the paper runs GPT-4.1 with max_steps=30 (Table 6).
     # None: no budget (the gold agent's historical behaviour).
     max_steps: int | None = Field(None, ge=1, le=10_000)
@@ -300,7 +300,9 @@ class AgentConfig(BaseModel):
     tool_result_role: Literal["tool", "user"] = "tool"
     # Completions cached by request hash; None: $XDG_CACHE_HOME/atomix/llm (~/.cache/...).
     cache_dir: str | None = Field(None, min_length=1, max_length=4096)
-    request_timeout_s: float = Field(600.0, gt=0.0, le=86_400.0, allow_inf_nan=False)
+    # Seconds one request may take (connecting, the prompt, the answer) before it is a failed
+    # step (harness/agents/llm.py says what follows). Not part of the completion cache's key.
+    request_timeout_s: float = Field(120.0, gt=0.0, le=86_400.0, allow_inf_nan=False)
 
     @field_validator("retry", "alter", "carry_on", "replan", "give_up")
     @classmethod

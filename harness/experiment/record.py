@@ -131,6 +131,18 @@ class BudgetRecord(TypedDict):
     retries: dict[str, int]
 
 
+class RewardRecord(TypedDict):
+    """The task's own reward, for workloads that have one (tau_retail: tau2's components).
+    `components` maps each component to True (met), False (not met), None (not applicable to
+    this agent or task) or a string (not judged, and why: e.g. one that needs an LLM judge,
+    which is never counted); `passed` is True when no component is False; `failed` names the
+    components that are False."""
+
+    passed: bool
+    components: dict[str, bool | str | None]
+    failed: list[str]
+
+
 class TrialRecord(TypedDict):
     """One trial: what ran, what the oracle found, what it exercised, what each agent did."""
 
@@ -150,6 +162,7 @@ class TrialRecord(TypedDict):
     final: dict[str, Any]  # the workload's digest of the final state (e.g. a DB hash)
     timings: dict[str, Any]  # wall clock: the only part that differs between identical runs
     config_hash: NotRequired[str]  # added by the runner when it writes the record
+    reward: NotRequired[RewardRecord]  # the workload's task reward, when it has one
 
 
 def json_schema() -> dict[str, Any]:

@@ -26,7 +26,14 @@ from harness.agents.loops import make_loop
 from harness.agents.policies import AgentConfig
 from harness.agents.task import AgentOutcome
 from harness.experiment.budget import trial_budget
-from harness.experiment.record import AgentRecord, Exercised, FaultRecord, Metrics, TrialRecord
+from harness.experiment.record import (
+    AgentRecord,
+    Exercised,
+    FaultRecord,
+    Metrics,
+    RewardRecord,
+    TrialRecord,
+)
 from harness.modes.base import AgentContext, ModeSettings
 from harness.modes.registry import get_mode
 from harness.workloads import get_workload
@@ -215,7 +222,13 @@ def run_trial(
             **(scenario.metrics(env, outcomes) if scenario.metrics is not None else {}),
         }
         metrics.update(loop.metrics(outcomes))
-        return TrialRecord(
+        reward = scenario.reward(env, outcomes) if scenario.reward is not None else None
+        if reward is not None:
+            # The workload's task reward (e.g. tau2's: the goal DB and what the agent had to
+            # tell): clean only when the oracle found the trial clean and the reward passed.
+            metrics["reward"] = bool(reward["passed"])
+            metrics["clean"] = bool(metrics["clean"]) and metrics["reward"]
+        record = TrialRecord(
             key=spec.key,
             config=spec.config,
             workload=spec.workload,
@@ -241,5 +254,8 @@ def run_trial(
             final=scenario.final(env) if scenario.final is not None else {},
             timings={"wall_s": time.perf_counter() - wall, **loop.timings(outcomes)},
         )
+        if reward is not None:
+            record["reward"] = cast(RewardRecord, reward)
+        return record
     finally:
         env.close()

@@ -40,6 +40,10 @@ class Scenario:
     info: dict[str, Any] = field(default_factory=dict)
     tool_schemas: tuple[ToolSchema, ...] = ()
     domain_policy: str = ""
+    # The task's own reward beyond the oracle's goal (tau2's components on tau_retail): returns
+    # {"passed": bool, "components": {name: True | False | None (not applicable) | str (not
+    # judged, and why)}, "failed": [names]}; a trial is clean only when it passed.
+    reward: Callable[[TrialEnv, list[AgentOutcome]], dict[str, Any]] | None = None
 
 
 def _check_delay(v: list[float]) -> list[float]:

@@ -42,6 +42,7 @@ from harness.workloads.retail.data import (
     pending_orders,
     with_pending_orders,
 )
+from harness.workloads.retail.reward import reward as task_reward
 from harness.workloads.retail.substrate import NOTIFY, RETAIL_TOOLS, SUBSTRATE, RetailStore
 from harness.workloads.retail.tasks import gold_actions, select_tasks
 from harness.workloads.retail.tools import TOOLS, RetailToolError, call_tool
@@ -132,22 +133,32 @@ class TauRetailParams(_RetailParams):
         )
 
 
-_TICKET_PARTS = (
+#: What tau2 gives a solo agent is the task's `ticket`; the retail tasks have none (upstream's
+#: solo agent refuses them). Our ticket is what the customer comes with: the reason for the
+#: call, what they know about themselves and what they do not (they would say "I do not
+#: remember my email"). The simulated user's task instructions (how to behave, what to keep
+#: back) are private to it and never sent. The reason for the call itself holds, in some
+#: tasks, a preference the simulated user would only reveal on asking, so a solo run on
+#: retail approximates tau2's conversation.
+TICKET_PARTS = (
     ("reason_for_call", "Reason for call"),
     ("known_info", "Known info"),
     ("unknown_info", "Unknown info"),
-    ("task_instructions", "Task instructions"),
 )
+PRIVATE_INSTRUCTIONS = ("task_instructions",)
 
 
 def _ticket(task: Mapping[str, Any]) -> str | None:
-    """The task's user instructions as a ticket (tau2's solo style), None if it has none."""
+    """The task's ticket: tau2's `ticket` field when it has one, else the customer's reason
+    for the call and what they know (`TICKET_PARTS`), never `PRIVATE_INSTRUCTIONS`; None if
+    it has neither."""
+    ticket = task.get("ticket")
+    if isinstance(ticket, str) and ticket.strip():
+        return ticket.strip()
     instructions = (task.get("user_scenario") or {}).get("instructions")
-    if isinstance(instructions, str):
-        return instructions.strip() or None
     if not isinstance(instructions, Mapping):
         return None
-    parts = [f"{label}:\n{str(instructions[key]).strip()}" for key, label in _TICKET_PARTS
+    parts = [f"{label}:\n{str(instructions[key]).strip()}" for key, label in TICKET_PARTS
              if isinstance(instructions.get(key), str) and instructions[key].strip()]
     return "\n\n".join(parts) or None
 
@@ -199,6 +210,8 @@ class TauRetailWorkload:
             info={"task_id": task["id"]},
             tool_schemas=_tool_schemas(),
             domain_policy=_domain_policy(data_dir),
+            reward=lambda env, outcomes: task_reward(
+                task, env.extra["retail"].snapshot()["db_sha256"] == goal, outcomes),
         )
 
 
