@@ -235,6 +235,21 @@ def _budget_columns(rec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: A record's task-reward components that were not judged (e.g. tau2's natural-language
+#: assertions, which need an LLM judge), comma-separated; None where the record has no reward.
+UNJUDGED_COLUMN = "r.unjudged"
+
+
+def _unjudged(rec: Mapping[str, Any]) -> str | None:
+    reward = rec.get("reward")
+    if not isinstance(reward, Mapping):
+        return None
+    components = reward.get("components") or {}
+    # A component's value is True/False (judged), None (not applicable) or a string saying
+    # why it was not judged.
+    return ",".join(sorted(k for k, v in components.items() if isinstance(v, str)))
+
+
 def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per trial record.
 
@@ -242,7 +257,8 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     (each group sorted by name), then what the trial exercised: ``x.<count>`` for each of
     ``EXERCISED_COUNTS``, ``x.fault_classes`` (comma-separated) and ``x.faults_armed``
     (None where a record does not say), then its budget as texts (``B_COLUMNS``; None where a
-    record does not say). Metric values are kept as given, so bools stay
+    record does not say), then ``r.unjudged`` (``UNJUDGED_COLUMN``). Metric values are kept
+    as given, so bools stay
     bool. Rows are sorted by (mode, cell_id, trial, key). A repeated ``key`` raises
     ValueError, because a trial counted twice would silently inflate N.
     """
@@ -269,6 +285,7 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         row.update({f"m.{k}": v for k, v in rec["metrics"].items()})
         row.update(_exercised_columns(rec))
         row.update(_budget_columns(rec))
+        row[UNJUDGED_COLUMN] = _unjudged(rec)
         key = row["key"]
         if key is not None:
             if key in seen:
@@ -281,7 +298,8 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     cell_cols = sorted({c for r in rows for c in r if c.startswith("cell.")})
     metric_cols = sorted({c for r in rows for c in r if c.startswith("m.")})
     df = pd.DataFrame(
-        rows, columns=[*BASE_COLUMNS, *cell_cols, *metric_cols, *X_COLUMNS, *B_COLUMNS]
+        rows,
+        columns=[*BASE_COLUMNS, *cell_cols, *metric_cols, *X_COLUMNS, *B_COLUMNS, UNJUDGED_COLUMN],
     )
     if not df.empty:
         df = df.sort_values(

@@ -24,6 +24,7 @@ from harness.analysis.records import (
     EXERCISED_COUNTS,
     REQUIRES,
     REQUIRES_TEXT,
+    UNJUDGED_COLUMN,
     exercised_counts,
     format_value,
     is_bool,
@@ -49,6 +50,7 @@ __all__ = [
     "Table",
     "TableSpec",
     "budget_caption",
+    "unjudged_caption",
     "build_table",
 ]
 
@@ -125,6 +127,9 @@ class Table:
     #: What each mode and the agent were allowed to retry (``budget_caption``); "" when the
     #: records do not say.
     budget: str = ""
+    #: The task-reward components the clean verdict could not judge (``unjudged_caption``);
+    #: "" when none.
+    unjudged: str = ""
     #: The config keys the run was made with that differ from its config file
     #: (``overrides_caption``; e.g. ``Run with overrides: trials=20.``); "" when none.
     overrides: str = ""
@@ -168,8 +173,10 @@ class Table:
         """N per cell plus what the cells and intervals are, then the retry budgets and the
         overrides the run was made with."""
         budget = f" {self.budget}" if self.budget else ""
+        unjudged = f" {self.unjudged}" if self.unjudged else ""
         overrides = f" {self.overrides}" if self.overrides else ""
-        return f"{self.n_text}; {_method_text(self)}{self.exercised_note}{budget}{overrides}"
+        return (f"{self.n_text}; {_method_text(self)}{self.exercised_note}{budget}{unjudged}"
+                f"{overrides}")
 
     @property
     def plot_note(self) -> str:
@@ -441,8 +448,26 @@ def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
         data=data,
         display=display,
         budget=budget_caption(df, spec.row_order),
+        unjudged=unjudged_caption(df, spec.metric),
         bounds=metric_bounds(spec.metric, bool_metric),
     )
+
+
+def unjudged_caption(df: pd.DataFrame, metric: str) -> str:
+    """For a table of `clean` or `reward`: which parts of the task's reward were not judged
+    and so not counted, in how many of the trials, e.g. ``Not judged, so not counted in
+    clean: nl_assertions (needs an LLM judge) in 384 of 960 trials.`` "" otherwise."""
+    if metric not in ("clean", "reward") or UNJUDGED_COLUMN not in df.columns:
+        return ""
+    counts: dict[str, int] = {}
+    for value in df[UNJUDGED_COLUMN].dropna().tolist():
+        for name in filter(None, str(value).split(",")):
+            counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return ""
+    parts = ", ".join(f"{name} in {n:,} of {len(df):,} trials" for name, n in sorted(counts.items()))
+    return (f"Not judged, so not counted in {metric}: {parts} (the reward component needs an "
+            "LLM judge, which the harness does not run).")
 
 
 def budget_caption(df: pd.DataFrame, mode_order: tuple[str, ...] | list[str] = ()) -> str:

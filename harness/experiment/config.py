@@ -490,6 +490,7 @@ def validate_config(
                         exc, under="params", model=params_model(cfg.workload)
                     )
             found.extend(checked[key])
+            found.extend(_agent_kind_problems(cfg))
         per_cell.append(found)
     problems = _merge_cell_problems(config, cells, per_cell)
     names = {t.name for t in config.report.tables}
@@ -501,6 +502,20 @@ def validate_config(
     if problems:
         raise ConfigError(path, problems)
     return config
+
+
+def _agent_kind_problems(cfg: ExperimentConfig) -> list[str]:
+    """The do-nothing control on a workload that probes a mechanism would read as clean
+    whatever the mechanism did, so it is refused there rather than reported."""
+    from harness.workloads import WORKLOADS
+
+    if cfg.agent.kind == "noop" and getattr(WORKLOADS[cfg.workload], "probes_mechanism", False):
+        return [
+            f"agent.kind: 'noop' does not apply to workload {cfg.workload!r}: its trials "
+            "probe a mechanism whose verdict holds whatever the agent does, so an idle agent "
+            "would read as clean; allowed here: gold, llm-like"
+        ]
+    return []
 
 
 def _merge_cell_problems(

@@ -457,6 +457,7 @@ class AliasingWorkload:
     look-alike resources); did the mode order them, and should it have."""
 
     name = "aliasing"
+    probes_mechanism = True  # its verdict does not depend on the agent's task
     description = "two agents touch one resource in two spellings (or two look-alikes) on files, SQLite, URLs or mail"
     tools = TOOLS
     Params = AliasingParams

@@ -44,6 +44,11 @@ class Scenario:
     # {"passed": bool, "components": {name: True | False | None (not applicable) | str (not
     # judged, and why)}, "failed": [names]}; a trial is clean only when it passed.
     reward: Callable[[TrialEnv, list[AgentOutcome]], dict[str, Any]] | None = None
+    # Where the final substrates differ from the goal, for a workload whose snapshot holds only
+    # a digest (tau_retail: a DB hash): `harness.world.statediff.diff_states` entries whose
+    # paths start with the snapshot key they explain (e.g. "retail."). None: the snapshots'
+    # own difference says it.
+    goal_diff: Callable[[TrialEnv], list[dict[str, Any]]] | None = None
 
 
 def _check_delay(v: list[float]) -> list[float]:
@@ -70,7 +75,13 @@ class WorkloadParams(BaseModel):
 
 
 class Workload(Protocol):
-    """A named family of tasks over the trial substrates; `Params` validates `params`."""
+    """A named family of tasks over the trial substrates; `Params` validates `params`.
+
+    A workload whose trials probe a mechanism rather than judge an agent's task (its goal and
+    invariants hold whatever the agent does, as in aliasing or leakage) sets the class
+    attribute `probes_mechanism = True`; the do-nothing control (`agent.kind: noop`) is then
+    refused for it, since an idle agent there would read as clean.
+    """
 
     name: str
     description: str

@@ -147,6 +147,7 @@ class CrashWindowsWorkload:
     """A program SIGKILLed at one window of a commit, then recovered and judged from its store."""
 
     name = "crash_windows"
+    probes_mechanism = True  # its verdict does not depend on the agent's task
     description = "SIGKILL a real program at one window of a SQLite commit, recover, count lost/duplicated rows"
     tools: Mapping[str, ToolDef] = {}
     Params = CrashWindowParams

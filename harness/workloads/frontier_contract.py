@@ -130,6 +130,7 @@ class FrontierContractWorkload:
     """Staggered agents append to one shared log; the earliest epoch commits last."""
 
     name = "frontier_contract"
+    probes_mechanism = True  # its verdict does not depend on the agent's task
     description = "agents append to one shared log; the earliest epoch is ready last"
     tools = TOOLS
     Params = FrontierContractParams

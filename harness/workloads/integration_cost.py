@@ -172,6 +172,7 @@ class IntegrationCostWorkload:
     """The retail tools, audited, under a probe for recovery, gating and isolation."""
 
     name = "integration_cost"
+    probes_mechanism = True  # its verdict does not depend on the agent's task
     description = "lines of code each mechanism needs on the retail tools, and whether it composes with R/I/S"
     Params = IntegrationCostParams
 

@@ -65,6 +65,7 @@ class LeakageWorkload:
     """Invalid sends under five abort sources."""
 
     name = "leakage"
+    probes_mechanism = True  # its verdict does not depend on the agent's task
     description = "a staged send, then an abort by one of five sources; leaks read from the sink"
     tools = TOOLS
     Params = LeakageParams
