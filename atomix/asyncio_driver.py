@@ -2,7 +2,8 @@
 
 A Block awaits an `asyncio.Event` (woken thread-safely, since a transaction may settle on
 another thread), so a waiting transaction never blocks its loop; a sync tool function can run
-in a worker thread, in a copy of the task's context.
+in a worker thread, in a copy of the task's context; and a durable log's writes (which fsync)
+always run in one, each awaited before the next step.
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ class AsyncDriver(Driver):
                     except TimeoutError:
                         send = False
                 elif isinstance(instr, Run):
-                    send = await asyncio.to_thread(instr.fn) if threaded else instr.fn()
+                    # A durable log write may fsync: never on the loop. Awaited before the
+                    # next instruction, so the log's records keep their order.
+                    send = await asyncio.to_thread(instr.fn) if threaded or instr.log else instr.fn()
                     if asyncio.iscoroutine(send):
                         send = await send
                 elif isinstance(instr, ApplyCommit):

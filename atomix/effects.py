@@ -42,6 +42,21 @@ class AbortSource(StrEnum):
     CANCELLED = "cancelled"  # its waiter was cancelled or interrupted (CancelledError, Ctrl-C)
 
 
+#: What a compensation's key adds to its effect's key.
+COMPENSATION_SUFFIX = ":compensate"
+
+
+def compensation_key(effect_key: str) -> str:
+    """The idempotency key of the compensation of the effect keyed `effect_key`.
+
+    Derived from the effect's key alone, so the live abort and a recovery in another process
+    (which reads the effect's key from the durable log) hand the compensating tool the same
+    key (`Call.key`): a compensation that records it with its own change (a store's applied
+    keys) is applied at most once, even when the process dies between it and its log mark.
+    """
+    return effect_key + COMPENSATION_SUFFIX
+
+
 class BatchApplier(Protocol):
     """A substrate that applies several of one transaction's effects at once (e.g. one SQL transaction)."""
 

@@ -38,6 +38,7 @@ class _Node:
         "sub_w_epoch",
         "rw_epoch",
         "sub_rw_epoch",
+        "touch",
     )
 
     def __init__(self) -> None:
@@ -69,6 +70,9 @@ class _Node:
         self.sub_w_epoch = 0
         self.rw_epoch = 0
         self.sub_rw_epoch = 0
+        # The index's `clock` at the node's last stamp: every transaction that began before
+        # it (a smaller id) may still be judged by the stamp; later ones never (see `reclaim`).
+        self.touch = 0
 
 
 _ATTR = {name: operator.attrgetter(name) for name in _Node.__slots__}
@@ -138,10 +142,18 @@ class ScopeIndex:
         # The largest epoch stamped anywhere: no scope's frontier exceeds it, so an access of
         # a later epoch is known not to be late without a look at the trie.
         self.max_epoch = 0
-        # Nodes are never removed, so a scope's root-to-node path, once found, stays valid:
-        # every hot operation is one dict lookup instead of a walk down the trie. Keyed by the
-        # scope's (kind, *parts) tuple, its identity: a tuple hashes in C, a Scope in Python.
+        # A scope's root-to-node path, once found, stays valid until `reclaim` removes the
+        # node (and its entry here): every hot operation is one dict lookup instead of a walk
+        # down the trie. Keyed by the scope's (kind, *parts) tuple, its identity: a tuple
+        # hashes in C, a Scope in Python.
         self._paths: dict[tuple[str, ...], tuple[_Node, ...]] = {}
+        self.nodes = 0  # nodes in the trie (the root aside)
+        # The latest epoch stamped on a node since reclaimed: a frontier certified there once
+        # stays certified (every unfinished transaction is later), so none reads below it.
+        self.floor = 0
+        # The id the next transaction to begin will get (its owner keeps it current): a stamp
+        # records it as the node's `touch`.
+        self.clock = 0
 
     # A path runs from the kind's node down to the scope's, without the trie's root: no scope
     # names the root, so nothing ever reads its registrations or its subtree stamps.
@@ -164,6 +176,7 @@ class ScopeIndex:
                     return None
                 child = _Node()
                 node.children[part] = child
+                self.nodes += 1
             node = child
             nodes.append(child)
         path = self._paths[scope._key] = tuple(nodes)
@@ -470,6 +483,7 @@ class ScopeIndex:
         if epoch > self.max_epoch:
             self.max_epoch = epoch
         node = path[-1]
+        node.touch = self.clock
         if epoch > node.rw_epoch:
             node.rw_epoch = epoch
         for n in path:
@@ -484,6 +498,7 @@ class ScopeIndex:
         if epoch > self.max_epoch:
             self.max_epoch = epoch
         node = path[-1]
+        node.touch = self.clock
         if epoch > node.rw_epoch:
             node.rw_epoch = epoch
         if epoch > node.w_epoch:
@@ -503,7 +518,48 @@ class ScopeIndex:
         its epoch was stamped already."""
         path = self._paths.get(scope._key) or self._path(scope, create=True)
         assert path is not None
+        path[-1].touch = self.clock
         _raise_visible(path, visible_seq)
+
+    # -- reclamation ---------------------------------------------------------------------------
+    def reclaim(self, scope: Scope, horizon: int | None) -> int:
+        """Drop `scope`'s node, and then each ancestor left empty, while nothing there can
+        change a decision any more; return how many nodes went.
+
+        `horizon` is the id of the oldest unfinished transaction (None: there is none). A
+        node goes when no transaction holds it or has an externalised effect there, nothing
+        lies below it, and its stamps can judge no one: every stamp is compared only with
+        the epoch or the read position of a transaction that began before it (a later one
+        has a larger epoch, and reads after it), so once every transaction that began before
+        its last stamp (`touch`) has finished, the stamps are spent. An ancestor goes only
+        once childless, so the subtree maxima it held were spent with its descendants. A
+        scope touched again later starts from a fresh node, as an untouched one would."""
+        key = scope._key
+        path = self._paths.get(key)
+        if path is None:
+            path, exact = self._nearest(scope)
+            if not exact:
+                return 0
+        dropped = 0
+        i = len(path) - 1
+        while i >= 0:
+            node = path[i]
+            if (
+                node.holders
+                or node.eager
+                or node.children
+                or (horizon is not None and node.touch > horizon)
+            ):
+                break
+            if node.rw_epoch > self.floor:
+                self.floor = node.rw_epoch
+            parent = path[i - 1] if i else self._root
+            del parent.children[key[i]]
+            self._paths.pop(key if i == len(key) - 1 else key[: i + 1], None)
+            dropped += 1
+            i -= 1
+        self.nodes -= dropped
+        return dropped
 
 
 def _raise_visible(path: tuple[_Node, ...], visible_seq: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from _thread import get_ident
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, Protocol, TypeVar
@@ -42,6 +43,10 @@ class TxOwner(Protocol):
     coordinator: Coordinator
     # Transactions entered as blocks and not left: txid -> the ident of the entering thread.
     _blocks: dict[int, int]
+    # Per open block, the threads alive when it was entered; and the threads started while
+    # a block was open that outlived it: ident -> (the thread, that block's txid).
+    _block_threads: dict[int, frozenset[int]]
+    _late_threads: dict[int, tuple[threading.Thread, int]]
 
     def resolve(self, group: str, winner: Tx) -> tuple[Settlement, list[Settlement]]: ...
 
@@ -120,6 +125,12 @@ class Tx(InlineSession):
             return self.call_now(spec, bound, self._driver)
         return self._driver.drive(self.call_steps(spec, bound, self._driver))
 
+    def reserve(self, *scopes: str | Scope) -> None:
+        """Claim scopes before touching them: later transactions that touch one wait for
+        this one, and this waits until every earlier holder of one has settled (see
+        `TransactionManager.reserve`; `Runtime.run` claims a failed attempt's footprint)."""
+        self._driver.drive(self.reserve_steps(scopes, self._driver))
+
     def commit(self) -> Settlement:
         """Commit; a speculative branch commits as its group's winner (`Runtime.resolve`)."""
         group = self.group
@@ -149,14 +160,14 @@ class Tx(InlineSession):
     def __enter__(self) -> Tx:
         self._token = current_tx.set(self)
         if not self._own:
-            self.rt._blocks[self.txid] = get_ident()
+            block_opened(self.rt, self.txid)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if self._token is not None:
             current_tx.reset(self._token)
             self._token = None
-            self.rt._blocks.pop(self.txid, None)
+            block_closed(self.rt, self.txid)
         if exc is None:
             if self.settlement is None:
                 if self._autocommit:
@@ -252,14 +263,14 @@ class ATx(TxSession):
     async def __aenter__(self) -> ATx:
         self._token = current_tx.set(self)
         if not self._own:
-            self.rt._blocks[self.txid] = get_ident()
+            block_opened(self.rt, self.txid)
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         if self._token is not None:
             current_tx.reset(self._token)
             self._token = None
-            self.rt._blocks.pop(self.txid, None)
+            block_closed(self.rt, self.txid)
         if exc is None:
             if self.settlement is None:
                 await self.commit()
@@ -280,9 +291,52 @@ def activated(tx: _Handle) -> Iterator[_Handle]:
         yield tx
         return
     token = current_tx.set(tx)
-    tx.rt._blocks[tx.txid] = get_ident()
+    block_opened(tx.rt, tx.txid)
     try:
         yield tx
     finally:
         current_tx.reset(token)
-        tx.rt._blocks.pop(tx.txid, None)
+        block_closed(tx.rt, tx.txid)
+
+
+# Pools whose workers run every task in a copy of the submitter's context (`rt.executor()`,
+# asyncio's default executor behind `asyncio.to_thread`): a call from one without a
+# transaction was made outside every transaction, so their threads are never suspects.
+_CONTEXT_POOLS = ("atomix-worker", "asyncio_")
+
+
+def block_opened(rt: TxOwner, txid: int) -> None:
+    """A transaction block was entered on this thread: note it, and which threads exist."""
+    rt._blocks[txid] = get_ident()
+    # One thread: nothing to enumerate (the usual case, without threading.enumerate()).
+    if threading.active_count() > 1:
+        rt._block_threads[txid] = frozenset(t.ident for t in threading.enumerate() if t.ident)
+    else:
+        rt._block_threads[txid] = frozenset((get_ident(),))
+
+
+def block_closed(rt: TxOwner, txid: int) -> None:
+    """A block was left. A thread started while it was open (a plain pool's worker, made
+    at the block's submit) that is still alive may run a task of the block late, after its
+    transaction has ended: without the block's context its call would otherwise commit on its
+    own, so such a thread is remembered, and `Runtime` refuses its calls outside every
+    transaction (see `Runtime._own_transaction`)."""
+    rt._blocks.pop(txid, None)
+    before = rt._block_threads.pop(txid, None)
+    late = rt._late_threads
+    if late:  # forget the threads that have ended
+        for ident, (thread, _) in list(late.items()):
+            if not thread.is_alive():
+                late.pop(ident, None)
+    if before is None or threading.active_count() <= 1:
+        return
+    me = get_ident()
+    for thread in threading.enumerate():
+        born = thread.ident
+        if (
+            born is not None
+            and born != me
+            and born not in before
+            and not thread.name.startswith(_CONTEXT_POOLS)
+        ):
+            late[born] = (thread, txid)

@@ -105,7 +105,7 @@ class InlineSession(TxSession):
                 self._abort_now(decision)
             # Wait: the steps decide again (the core parked it meanwhile) and wait.
             return driver.drive(self._reversible_steps(spec, args, scopes, key, driver))
-        call = Call(spec.name, args)
+        call = Call(spec.name, args, key=key)
         if spec.before is not None:
             call.before = spec.before(**args)
         compensate = spec.compensate
@@ -121,7 +121,11 @@ class InlineSession(TxSession):
         try:
             if self.settlement is not None or self.state is ABORTED:
                 self._raise_if_settled()
-            decision = core.stage(txid, effect)
+            decision = (
+                core.stage(txid, effect)
+                if self.savepoints is None
+                else core.stage(txid, effect, self._owner())
+            )
         finally:
             lock.release()
         if decision.__class__ is AbortPlan:
@@ -134,7 +138,7 @@ class InlineSession(TxSession):
         lock.acquire()
         try:
             self._raise_if_settled()
-            decision = co.core.stage(self.txid, effect)
+            decision = co.core.stage(self.txid, effect, self._owner())
         finally:
             lock.release()
         if decision.__class__ is AbortPlan:

@@ -36,9 +36,12 @@ class Block:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """Run this tool function now and send back its result (or throw its exception in)."""
+    """Run this tool function now and send back its result (or throw its exception in).
+    `log`: it is a durable log write (it may fsync), which a driver with an event loop runs
+    off the loop; the steps wait for it either way, so log records keep their order."""
 
     fn: Callable[[], Any]
+    log: bool = False
 
 
 @dataclass(frozen=True, slots=True)

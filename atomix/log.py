@@ -28,12 +28,26 @@ survives a killed process (the OS keeps the pages), not a power cut.
 One process at a time: opening takes an exclusive lock on ``atomix-log.lock`` (released when
 the process dies, however it dies). A second opener, in this or another process, is refused
 with `LogBusy` - so recovery can never abort a live process's in-flight transactions.
+
+A lost log is refused, never read as empty (`LogLost`): the sidecar ``atomix-log.id`` holds
+the log's identity and a token that the log also writes into the database after each of its
+own checkpoints (SQLite's automatic ones are off). A database file that is missing, empty or
+of another identity, or a missing WAL file while the database does not hold the sidecar's
+token (so the WAL held records no checkpoint had copied), is a lost log; see
+`atomix.log_files`.
+
+`TxLog` is assembled from one module per job: this one opens, writes and closes the log (the
+record points and the session's hooks); `atomix.log_readback` reads it back for recovery and
+quarantines a record that cannot be decoded (reported; everything else recovers);
+`atomix.log_retries` keeps a delivery that failed at commit, retries it with backoff under the
+same key and dead-letters it after ``max_delivery_attempts``; `atomix.log_housekeeping`
+remembers each run's stores so that recovery can prune a finished dead run's applied keys
+after ``key_retention`` seconds and sweep the temporary files a killed writer left.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import secrets
 import sqlite3
@@ -45,7 +59,19 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from atomix.effects import REVERSIBLE, Effect, EffectClass
-from atomix.errors import AtomixError
+from atomix.log_files import (
+    ID_FILE,
+    LOCK_FILE,
+    LOG_FILE,
+    LogBusy,
+    LogError,
+    LogLost,
+    check_sidecar,
+    lost_body,
+    lost_wal,
+    take_lock,
+    write_sidecar,
+)
 from atomix.log_format import (
     APPLIED,
     CALLED,
@@ -60,31 +86,29 @@ from atomix.log_format import (
     TX_INTENT,
     TX_OPEN,
     VERSION,
-    LoggedEffect,
     LoggedSession,
-    LoggedTx,
     describe_effect,
     tool_redo,
 )
+from atomix.log_housekeeping import LogHousekeeping
+from atomix.log_readback import LogReadback
+from atomix.log_retries import DeliveryRetries, forget_rows
 from atomix.tools import Call
-
-try:
-    import fcntl
-
-    _CAN_LOCK = True
-except ImportError:  # pragma: no cover - not POSIX: no cross-process lock
-    _CAN_LOCK = False
 
 if TYPE_CHECKING:
     from atomix.tools import ToolSpec
 
-LOG_FILE = "atomix-log.sqlite3"
-LOCK_FILE = "atomix-log.lock"
+#: Records written between two of the log's own checkpoints (see TxLog._checkpoint).
+CHECKPOINT_EVERY = 1000
+
+__all__ = ["ID_FILE", "LOCK_FILE", "LOG_FILE", "LogBusy", "LogError", "LogLost", "TxLog", "crash_hook"]
+
 
 #: Test hook: called as ``crash_hook(point, detail)`` at each named point of a logged
 #: transaction (the kill test sets it in a child process to SIGKILL itself there). Points:
 #: call.logged, call.ran, call.returned, intent.written, commit.marked, step.applied,
-#: step.marked, commit.applied, compensate.done, abort.compensated.
+#: step.marked, commit.applied, compensate.ran (the compensation ran, its mark not yet
+#: written), compensate.done, abort.compensated.
 crash_hook: Callable[[str, str], None] | None = None
 
 
@@ -92,18 +116,6 @@ def _at(point: str, detail: str = "") -> None:
     hook = crash_hook
     if hook is not None:
         hook(point, detail)
-
-
-class LogError(AtomixError):
-    """The log at `path` is missing, unreadable or not an Atomix log."""
-
-    def __init__(self, path: Path | str, message: str) -> None:
-        self.path = Path(path)
-        super().__init__(f"{path}: {message}")
-
-
-class LogBusy(LogError):
-    """Another live process (or another open `TxLog` in this one) holds the log."""
 
 
 _SCHEMA = f"""
@@ -120,17 +132,35 @@ CREATE TABLE IF NOT EXISTS effects (
     tool TEXT NOT NULL, class TEXT NOT NULL, status TEXT NOT NULL,
     redo TEXT NOT NULL, problem TEXT,
     PRIMARY KEY (run_id, txid, key));
+CREATE TABLE IF NOT EXISTS deliveries (
+    run_id TEXT NOT NULL, txid INTEGER NOT NULL, key TEXT NOT NULL,
+    attempts INTEGER NOT NULL, last_error TEXT, next_at REAL,
+    PRIMARY KEY (run_id, txid, key));
+CREATE TABLE IF NOT EXISTS dead_letters (
+    run_id TEXT NOT NULL, txid INTEGER NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
+    class TEXT NOT NULL, redo TEXT NOT NULL, attempts INTEGER NOT NULL, last_error TEXT,
+    died REAL NOT NULL, PRIMARY KEY (run_id, txid, key));
+CREATE TABLE IF NOT EXISTS quarantine (
+    n INTEGER PRIMARY KEY AUTOINCREMENT, what TEXT NOT NULL, ident TEXT NOT NULL,
+    reason TEXT NOT NULL, record TEXT NOT NULL, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS stores (
+    run_id TEXT NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
+    PRIMARY KEY (run_id, kind, path));
+CREATE TABLE IF NOT EXISTS finished_runs (run_id TEXT PRIMARY KEY, at REAL NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}'), ('version', '{VERSION}');
 """
 
 
-class TxLog:
+
+class TxLog(LogReadback, DeliveryRetries, LogHousekeeping):
     """The durable transaction log in `directory` (see the module docstring).
 
     Guarantees: a transaction's committed mark is on disk (``durable=True``: fsynced) before
     its first effect is applied or released, and all its effects' redo records are on disk
     before the mark; a reversible call's record is on disk before the call runs. Thread-safe
     (one connection under one lock); one open `TxLog` per directory at a time (`LogBusy`).
+    A log whose body or WAL was lost is refused (`LogLost`); a failed delivery stays in the
+    log until it lands or is dead-lettered (``max_delivery_attempts`` deliveries in all).
     """
 
     def __init__(
@@ -140,14 +170,30 @@ class TxLog:
         durable: bool = True,
         create: bool = True,
         journal: str = "wal",
+        max_delivery_attempts: int = 5,
+        retry_backoff: float = 1.0,
+        retry_backoff_max: float = 60.0,
+        key_retention: float = 86400.0,
     ) -> None:
         # journal: "wal" (default: one fsync per durable record, measured in harness.bench.runtime) or
         # "delete" (SQLite's rollback journal: several fsyncs per durable record).
         if journal not in ("wal", "delete"):
             raise ValueError(f"journal must be 'wal' or 'delete', not {journal!r}")
+        if not isinstance(max_delivery_attempts, int) or max_delivery_attempts < 1:
+            raise ValueError(f"max_delivery_attempts must be an int >= 1, not {max_delivery_attempts!r}")
+        for name, value in (("retry_backoff", retry_backoff), ("retry_backoff_max", retry_backoff_max),
+                            ("key_retention", key_retention)):
+            if not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
         self.directory = Path(directory)
         self.durable = durable
         self.journal = journal
+        #: Deliveries in all (the commit's own counts as the first) before a dead letter.
+        self.max_delivery_attempts = max_delivery_attempts
+        self.retry_backoff = float(retry_backoff)
+        self.retry_backoff_max = float(retry_backoff_max)
+        #: Seconds a finished dead run's applied keys are kept in the stores before pruning.
+        self.key_retention = float(key_retention)
         path = self.directory / LOG_FILE
         if not create:
             if not self.directory.is_dir():
@@ -156,26 +202,36 @@ class TxLog:
                 raise LogError(self.directory, f"no Atomix log here ({LOG_FILE} is missing)")
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._lock_fh: IO[str] | None = _take_lock(self.directory / LOCK_FILE)
+        self._lock_fh: IO[str] | None = take_lock(self.directory / LOCK_FILE)
+        wal_missing = not path.with_name(LOG_FILE + "-wal").exists()
         self._lock = threading.Lock()
         try:
+            # Before SQLite touches the files: it would make a missing body or WAL look empty.
+            sidecar = check_sidecar(self.directory)
             self._conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=30.0
             )
-            self._open()
+            self.log_id = self._open(sidecar, wal_missing)
+            self._rotate_token()
         except sqlite3.Error as exc:
             self._release_lock()
             raise LogError(path, f"corrupt or unreadable Atomix log: {exc}") from exc
-        except LogError:
+        except LogError as exc:
+            if isinstance(exc, LogLost) and getattr(self, "_conn", None) is not None:
+                self._conn.close()
+                wal = path.with_name(LOG_FILE + "-wal")
+                if wal_missing and wal.exists() and wal.stat().st_size == 0:
+                    wal.unlink()  # the empty one reading made: refused alike the next time
             self._release_lock()
             raise
         # The synchronous level of ordinary records; the commit point is raised to FULL.
         self._low = "NORMAL" if durable else "OFF"
         self._conn.execute(f"PRAGMA synchronous={self._low}")
+        self._writes = 0  # since the last checkpoint
         row = self._conn.execute("SELECT max(seq) FROM effects").fetchone()
-        self._seq = itertools.count((row[0] or 0) + 1)
+        self._seq = itertools.count(_int_or(row[0], 0) + 1)
         row = self._conn.execute("SELECT max(commit_seq) FROM txs").fetchone()
-        self._commit_seq = itertools.count((row[0] or 0) + 1)
+        self._commit_seq = itertools.count(_int_or(row[0], 0) + 1)
         #: Runs started through this object: live, so recovery leaves them alone.
         self.own_runs: set[str] = set()
         # (run_id, txid) -> state, for the transactions of live runs that have rows.
@@ -183,15 +239,33 @@ class TxLog:
         self.closed = False
         #: Log writes that failed past the commit decision (also warned about).
         self.errors: list[Exception] = []
+        self._init_housekeeping()
+        self._init_retries()
 
-    def _open(self) -> None:
+    def _open(self, sidecar: dict[str, Any] | None, wal_missing: bool) -> str:
+        """Check the database against the sidecar (`LogLost`), create its tables, and return
+        the log's identity."""
         conn = self._conn
-        mode = conn.execute(f"PRAGMA journal_mode={self.journal}").fetchone()[0]
-        if str(mode).lower() != self.journal:
-            raise LogError(self.path, f"cannot use the {self.journal} journal (got {mode!r})")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "meta" not in tables:
             raise LogError(self.path, "not an Atomix log (a SQLite database without its tables)")
+        meta = dict(conn.execute("SELECT name, value FROM meta")) if tables else {}
+        if sidecar is not None:
+            known = str(sidecar["log"])
+            if not tables and wal_missing:  # nothing was ever checkpointed: all was in the WAL
+                raise LogLost(self.path.with_name(LOG_FILE + "-wal"), lost_wal(self.directory, sidecar))
+            if not tables:
+                raise LogLost(self.path, lost_body(self.directory, known))
+            if meta.get("log_id") != known:
+                raise LogLost(self.path, lost_body(self.directory, known, found=meta.get("log_id")))
+            if wal_missing and meta.get("token") != sidecar.get("token"):
+                raise LogLost(self.path.with_name(LOG_FILE + "-wal"), lost_wal(self.directory, sidecar))
+        mode = conn.execute(f"PRAGMA journal_mode={self.journal}").fetchone()[0]
+        if str(mode).lower() != self.journal:
+            raise LogError(self.path, f"cannot use the {self.journal} journal (got {mode!r})")
+        # Checkpoints are the log's own (see _rotate_token): SQLite's automatic ones would copy
+        # the token into the body while later records are still only in the WAL.
+        conn.execute("PRAGMA wal_autocheckpoint=0")
         conn.executescript(_SCHEMA)
         meta = dict(conn.execute("SELECT name, value FROM meta"))
         if meta.get("format") != FORMAT:
@@ -199,6 +273,33 @@ class TxLog:
         if meta.get("version") != str(VERSION):
             raise LogError(self.path, f"log version {meta.get('version')}, this Atomix reads {VERSION}")
         conn.execute("SELECT count(*) FROM effects").fetchone()  # fails on a damaged table
+        log_id = meta.get("log_id")
+        if log_id is None:  # a new log (or one written before logs had an identity)
+            log_id = secrets.token_hex(8)
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("INSERT INTO meta VALUES ('log_id', ?)", (log_id,))
+        return str(log_id)
+
+    def _rotate_token(self) -> None:
+        """A new token: into the sidecar first (durably), then into the database. From here on,
+        the database holds this token only once a checkpoint copied the whole WAL (a closing
+        connection's), so a missing WAL with another token in the body means lost records."""
+        token = secrets.token_hex(8)
+        write_sidecar(self.directory, self.log_id, token, durable=self.durable)
+        self._conn.execute("PRAGMA synchronous=FULL")
+        try:
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('token', ?)", (token,))
+        finally:
+            self._conn.execute(f"PRAGMA synchronous={getattr(self, '_low', 'FULL')}")
+
+    def _checkpoint(self) -> None:
+        """Fold the WAL into the body (the log's own checkpoint, every CHECKPOINT_EVERY writes,
+        since SQLite's automatic ones are off), then a new token. Caller holds the lock."""
+        self._writes = 0
+        if self.journal != "wal":
+            return
+        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        self._rotate_token()
 
     def begin_run(self) -> str:
         """Allocate this process run's identity (part of every idempotency key), persisted.
@@ -240,6 +341,9 @@ class TxLog:
         finally:
             if sync and self.durable:
                 conn.execute(f"PRAGMA synchronous={self._low}")
+        self._writes += 1
+        if self._writes >= CHECKPOINT_EVERY:
+            self._checkpoint()
 
     def _tx_row(self, tx: LoggedSession, state: str) -> tuple[str, Any]:
         return (
@@ -296,10 +400,11 @@ class TxLog:
         with self._lock:
             if self._live.get(ident) in (TX_INTENT, TX_COMMITTED):
                 return
+            rows = self._effect_rows(tx)
             self._write([
                 self._tx_row(tx, TX_INTENT),
-                ("INSERT OR IGNORE INTO effects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                 self._effect_rows(tx)),
+                ("INSERT OR IGNORE INTO effects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows),
+                self._store_rows(tx.co.run_id, rows),
             ])
             self._live[ident] = TX_INTENT
         _at("intent.written", tx.trace)
@@ -314,10 +419,11 @@ class TxLog:
                 return False
             statements = []
             if state in (None, TX_OPEN):
+                rows = self._effect_rows(tx)
                 statements += [
                     self._tx_row(tx, TX_INTENT),
-                    ("INSERT OR IGNORE INTO effects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                     self._effect_rows(tx)),
+                    ("INSERT OR IGNORE INTO effects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows),
+                    self._store_rows(tx.co.run_id, rows),
                 ]
             statements.append((
                 "UPDATE txs SET state = ?, commit_seq = ?, updated = ? WHERE run_id = ? AND txid = ?",
@@ -335,21 +441,26 @@ class TxLog:
         try:
             return self.step_hook(tx) if self.committed(tx) else None
         except Exception as exc:  # noqa: BLE001
-            self._failed(tx, "committed mark", exc)
+            self._failed_write(tx, "committed mark", exc)
             return None
 
     def abort_hook(self, tx: LoggedSession) -> Callable[[Effect, bool], None] | None:
         """The per-compensation hook of a logged transaction, else None."""
         return self.compensation_hook(tx) if (tx.co.run_id, tx.txid) in self._live else None
 
-    def end(self, tx: LoggedSession) -> None:
-        """The done mark (the transaction's rows go)."""
+    def end(self, tx: LoggedSession, errors: Mapping[str, BaseException] | None = None) -> None:
+        """The done mark (the transaction's rows go), unless a delivery failed at commit:
+        then it stays, to be retried (`errors`: the failures by effect key)."""
         try:
-            self.done(tx)
+            failed = self._failed.pop((tx.co.run_id, tx.txid), None)
+            if failed:
+                self._keep_failed(tx, failed, errors or {})
+            else:
+                self.done(tx)
         except Exception as exc:  # noqa: BLE001
-            self._failed(tx, "done mark", exc)
+            self._failed_write(tx, "done mark", exc)
 
-    def _failed(self, tx: LoggedSession, what: str, exc: Exception) -> None:
+    def _failed_write(self, tx: LoggedSession, what: str, exc: Exception) -> None:
         self.errors.append(exc)
         warnings.warn(
             f"atomix log {self.path}: tx{tx.txid}: could not write the {what}: {exc}",
@@ -363,10 +474,12 @@ class TxLog:
 
         def settled(effects: Sequence[Effect], ok: bool) -> None:
             _at("step.applied", ",".join(e.tool for e in effects))
+            if not ok:  # kept for a retry (or a dead letter) when the transaction ends
+                self._failed.setdefault((run_id, txid), []).extend(effects)
             try:
                 self.mark(run_id, txid, effects, ok)
             except Exception as exc:  # noqa: BLE001 - unmarked: recovery re-delivers by key
-                self._failed(tx, "settlement mark", exc)
+                self._failed_write(tx, "settlement mark", exc)
             _at("step.marked", ",".join(e.tool for e in effects))
 
         return settled
@@ -376,10 +489,11 @@ class TxLog:
         run_id, txid = tx.co.run_id, tx.txid
 
         def compensated(effect: Effect, ok: bool) -> None:
+            _at("compensate.ran", effect.tool)
             try:
                 self.set_status(run_id, txid, effect.key, COMPENSATED if ok else RESIDUE)
             except Exception as exc:  # noqa: BLE001
-                self._failed(tx, "compensation mark", exc)
+                self._failed_write(tx, "compensation mark", exc)
             _at("compensate.done", effect.tool)
 
         return compensated
@@ -413,10 +527,7 @@ class TxLog:
     def forget(self, run_id: str, txid: int) -> None:
         """Delete a finished transaction's rows."""
         with self._lock:
-            self._write([
-                ("DELETE FROM effects WHERE run_id = ? AND txid = ?", (run_id, txid)),
-                ("DELETE FROM txs WHERE run_id = ? AND txid = ?", (run_id, txid)),
-            ])
+            self._write(forget_rows(run_id, txid))
             self._live.pop((run_id, txid), None)
 
     def set_status(self, run_id: str, txid: int, key: str, status: str) -> None:
@@ -427,51 +538,22 @@ class TxLog:
                 (status, run_id, txid, key),
             )])
 
-    # -- reading back ---------------------------------------------------------------------------
-    def unfinished(self, *, exclude_runs: Iterable[str] = ()) -> list[LoggedTx]:
-        """Every unfinished transaction of other (dead) runs: committed ones in commit order
-        first, then the rest in the order they were logged."""
-        skip = set(exclude_runs)
-        with self._lock:
-            try:
-                txs = self._conn.execute(
-                    "SELECT run_id, txid, epoch, trace, state, commit_seq FROM txs"
-                ).fetchall()
-                effects = self._conn.execute(
-                    "SELECT run_id, txid, key, seq, tool, class, status, redo, problem "
-                    "FROM effects ORDER BY seq"
-                ).fetchall()
-            except sqlite3.Error as exc:
-                raise LogError(self.path, f"corrupt Atomix log: {exc}") from exc
-        out: dict[tuple[str, int], LoggedTx] = {}
-        for run_id, txid, epoch, trace, state, commit_seq in txs:
-            if run_id not in skip:
-                out[(run_id, txid)] = LoggedTx(run_id, txid, epoch, trace, state, commit_seq)
-        for run_id, txid, key, seq, tool, cls, status, redo, problem in effects:
-            tx = out.get((run_id, txid))
-            if tx is None:
-                continue
-            try:
-                record = json.loads(redo)
-                effect_class = EffectClass(cls)
-            except ValueError as exc:
-                raise LogError(self.path, f"corrupt redo record of {key!r}: {exc}") from exc
-            tx.effects.append(LoggedEffect(key, seq, tool, effect_class, status, record, problem))
-
-        def order(tx: LoggedTx) -> tuple[int, int]:
-            if tx.committed:
-                return (0, tx.commit_seq or 0)
-            return (1, tx.effects[0].seq if tx.effects else 0)
-
-        return sorted(out.values(), key=order)
-
     # -- closing --------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the database and release the directory lock."""
+        """Stop the retry thread, close the database and release the directory lock. Failed
+        deliveries not yet retried stay in the log for the next start or `atomix recover`."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
+            self._retry_wake.notify_all()
+        self._join_retrier()
+        with self._lock:
+            if self.journal == "wal":
+                try:  # every record into the body: the WAL SQLite then deletes held nothing more
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                except sqlite3.Error:
+                    pass  # the WAL stays, and the next open reads it
             self._conn.close()
         self._release_lock()
 
@@ -488,20 +570,7 @@ class TxLog:
         self.close()
 
 
-def _take_lock(path: Path) -> IO[str]:
-    fh = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the log's lifetime
-    if not _CAN_LOCK:  # pragma: no cover
-        return fh
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.seek(0)
-        holder = fh.read().strip() or "another process"
-        fh.close()
-        raise LogBusy(path.parent, f"the Atomix log is in use (held by {holder})") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"pid {os.getpid()}")
-    fh.flush()
-    return fh
+def _int_or(value: Any, default: int) -> int:
+    return value if isinstance(value, int) else default
+
 

@@ -39,11 +39,13 @@ FAILED = "failed"
 COMPENSATED = "compensated"
 RESIDUE = "residue"
 SETTLED = frozenset({APPLIED, RELEASED, COMPENSATED})
+STATUSES = frozenset({CALLING, CALLED, STAGED, APPLIED, RELEASED, FAILED, COMPENSATED, RESIDUE})
 
 # Transaction states in the log (a finished transaction has no rows at all).
 TX_OPEN = "open"  # only reversible calls so far
 TX_INTENT = "intent"
 TX_COMMITTED = "committed"
+TX_STATES = frozenset({TX_OPEN, TX_INTENT, TX_COMMITTED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,20 @@ class LoggedTx:
     def name(self) -> str:
         return f"{self.run_id}/tx{self.txid}"
 
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """A log record that could not be decoded, moved aside: what it was (a "tx" or an
+    "effect"), whose it was, why, and the record itself (JSON text of its raw fields)."""
+
+    what: str
+    ident: str
+    reason: str
+    record: str
+
+    def __str__(self) -> str:
+        return f"{self.what} {self.ident}: {self.reason}"
 
 
 class LogSite(Protocol):
@@ -200,3 +216,59 @@ def describe_effect(effect: Effect, tools: Mapping[str, ToolSpec | None]) -> tup
         else "an effect built by hand (its apply is a closure a new process cannot rebuild)"
     )
     return json.dumps({"kind": "opaque", "tool": effect.tool}), why
+
+
+#: The store a redo record's kind delivers to, by the record's key naming its path.
+_STORE_PATHS = {"fs.write": "root", "sqlite.row": "db", "mail.send": "outbox"}
+
+
+def store_of(redo: str) -> tuple[str, str] | None:
+    """(kind, path) of the adapter store a redo record (JSON text) delivers to, else None."""
+    try:
+        record = json.loads(redo)
+        field_name = _STORE_PATHS.get(record.get("kind"))
+        return None if field_name is None else (record["kind"], str(record[field_name]))
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return None
+
+
+def error_text(exc: BaseException | None) -> str:
+    if exc is None:
+        return "the delivery failed (no error was reported)"
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def record_text(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True, default=repr)
+
+
+def bad_tx(run_id: Any, txid: Any, epoch: Any, trace: Any, state: Any, commit_seq: Any) -> str | None:
+    """Why a transaction record cannot be recovered, or None if it can."""
+    if not isinstance(run_id, str) or not isinstance(txid, int) or not isinstance(epoch, int):
+        return "run, transaction number or epoch is not of its type"
+    if not isinstance(trace, str):
+        return "trace is not text"
+    if state not in TX_STATES:
+        return f"unknown transaction state {state!r}"
+    if state == TX_COMMITTED and not isinstance(commit_seq, int):
+        return "a committed transaction without its commit number"
+    return None
+
+
+def bad_effect(key: Any, seq: Any, tool: Any, cls: Any, status: Any, redo: Any) -> str | None:
+    """Why an effect record cannot be recovered, or None if it can."""
+    if not isinstance(key, str) or not isinstance(seq, int) or not isinstance(tool, str):
+        return "key, sequence number or tool is not of its type"
+    try:
+        EffectClass(cls)
+    except ValueError:
+        return f"unknown effect class {cls!r}"
+    if status not in STATUSES:
+        return f"unknown status {status!r}"
+    try:
+        record = json.loads(redo)
+    except (TypeError, ValueError) as exc:
+        return f"its redo record is not JSON: {exc}"
+    if not isinstance(record, dict):
+        return f"its redo record is not a JSON object (a {type(record).__name__})"
+    return None

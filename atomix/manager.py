@@ -10,6 +10,7 @@ about waiting, staleness or speculation could be changed in one part and missed 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -50,6 +51,8 @@ from atomix.transaction import (
 )
 
 GLOBAL_SCOPE = Scope("global", ("*",))
+# Scopes left by settled work between two reclamations (see TransactionManager._reclaim).
+_RECLAIM_EVERY = 4096
 TxRecord = TypeVar("TxRecord", bound=Transaction)
 _LOSING = AbortSource.LOSING_SPECULATION
 _STALE = AbortSource.STALE_READ
@@ -222,6 +225,15 @@ class TransactionManager:
         # stale and skipped.
         self._deadline_heap: list[tuple[float, int]] = []
         self._next_txid = 1
+        # Reclamation of settled work's scopes (see `_reclaim`): unfinished transactions in
+        # begin order (finished ones leave from the front), and the scopes settled
+        # transactions left, each with the next transaction id at the time: once every
+        # transaction below that id has finished, its nodes' stamps can judge no one.
+        self._begun: deque[Transaction] = deque()
+        self._left: deque[tuple[int, Scope]] = deque()
+        #: How many scopes settled work leaves before the core reclaims what it can (0: never,
+        #: the reclamation ablation; 1: at every finish, as the property tests run it).
+        self.reclaim_every = _RECLAIM_EVERY
         self._seq = 0
         self._global = self.options.frontier == "global"
         self._canonical = self.options.scopes.canonical
@@ -244,8 +256,11 @@ class TransactionManager:
         return self.options.scopes.resolve(spec)
 
     def frontier(self, spec: str | Scope) -> int:
-        """The certified frontier of a scope (monotone)."""
-        return self._real.frontier(self.scope(spec))
+        """The certified frontier of a scope (monotone: a reclaimed scope's frontier, see
+        `_reclaim`, is the highest epoch reclaimed anywhere, which no unfinished transaction
+        is below)."""
+        real = self._real
+        return max(real.frontier(self.scope(spec)), real.floor)
 
     def active(self) -> list[Transaction]:
         return [tx for tx in self._txs.values() if not tx.finished]
@@ -303,10 +318,15 @@ class TransactionManager:
         so that one object serves as both."""
         txid = self._next_txid
         self._next_txid = txid + 1
+        self._real.clock = txid + 1
+        begun = self._begun
+        while begun and begun[0].finished:
+            begun.popleft()
         tx = record(
             txid, self._epochs.allocate(), f"t{txid}" if trace is None else trace, group, branch
         )
         self._txs[txid] = tx
+        begun.append(tx)
         if group is not None:
             members = self._groups.get(group)
             if members is None:
@@ -410,8 +430,11 @@ class TransactionManager:
     def _dequeue(self, tx: Transaction) -> None:
         scopes = self._queued.pop(tx.txid, None)
         if scopes:
+            left = self._left
+            bound = self._next_txid
             for scope in scopes:
                 self._queue.unregister(scope, tx)
+                left.append((bound, scope))
 
     def _queued_before(self, tx: Transaction, scope: Scope, wake: list[int]) -> list[Blocker]:
         """Earlier transactions (of another group) queued to externalise on `scope`.
@@ -551,13 +574,25 @@ class TransactionManager:
             order.register(GLOBAL_SCOPE if glob else scope, tx)
         return PROCEED
 
-    def stage(self, txid: int, effect: Effect) -> Proceed | AbortPlan:
+    def stage(
+        self, txid: int, effect: Effect, savepoint: int | None = None
+    ) -> Proceed | AbortPlan:
         """Record an effect. Bufferable and irreversible ones stay with the runtime until
-        commit; a reversible one must have been externalised on its scopes first."""
+        commit; a reversible one must have been externalised on its scopes first.
+        `savepoint`: the one it belongs to (0: none; None: the current one, see
+        `savepoint`), whose rollback undoes it."""
         try:
             tx = self._txs[txid]
         except KeyError:
             raise UnknownTransaction(txid) from None
+        if tx.savepoints is not None:
+            owner = tx.current_savepoint if savepoint is None else savepoint
+            if owner and effect.key not in tx.staged:
+                if owner not in tx.savepoints:
+                    raise ValueError(f"transaction {txid} has no savepoint {owner}")
+                if tx.owners is None:
+                    tx.owners = {}
+                tx.owners[effect.key] = owner
         if tx.state is not OPEN and (plan := self._check_open(tx, "stage")) is not None:
             return plan
         key = effect.key
@@ -623,6 +658,41 @@ class TransactionManager:
                     f"{scope} holds an unsettled effect of later epoch {other.epoch}",
                 )
         return self._late(tx, scope, write=True)
+
+    def reserve(self, txid: int, scopes: Iterable[str | Scope]) -> Proceed | Wait | AbortPlan:
+        """Claim `scopes` for an open transaction before it touches them: a retry of a
+        transaction that aborted on a stale read claims the footprint of the attempt that
+        failed, so that it is not starved by the work it keeps losing to.
+
+        The claim registers it as a writer of each scope (later transactions that touch
+        one wait for it, as for any earlier writer) and waits until every earlier
+        transaction holding one of them has settled (Wait until then; asked again, it
+        proceeds). So a retry runs after what beat it and before what came after it, on
+        those scopes. A claim adds nothing to the footprint its commit waits for or stamps:
+        it only orders others behind it, and it is released when the transaction finishes."""
+        tx = self.get(txid)
+        if (plan := self._check_open(tx, "reserve")) is not None:
+            return plan
+        resolved = self._resolved(scopes)
+        mine = tx.reserved
+        if mine is None:
+            mine = tx.reserved = set()
+        register = None if self._global else self._order.register  # global: at begin
+        for scope in resolved:
+            if scope not in mine:
+                mine.add(scope)
+                if register is not None:
+                    register(scope, tx)
+        if self._wait_for_frontiers:
+            blockers: list[Blocker] = []
+            wake: list[int] = []
+            for scope in resolved:
+                blockers += self._earlier_holders(tx, scope, wake)
+            if blockers:
+                return self._wait(tx, blockers, wake)
+        if self._parked or self._queued:
+            self._unpark(txid)
+        return PROCEED
 
     # -- seal, commit, abort ---------------------------------------------------------------------
     def seal(self, txid: int) -> None:
@@ -793,6 +863,27 @@ class TransactionManager:
         self._mark_aborted(tx, source, detail)
         return self._abort_plan(tx)
 
+    def revoke_commit(self, txid: int, source: AbortSource | str, detail: str = "") -> AbortPlan:
+        """Take back a commit decision whose plan was not carried out at all (nothing applied
+        or released: its driver could not make the decision durable), and abort instead.
+
+        The one step outside the lifecycle table, and only between `try_commit` and the
+        first effect of its plan. What try_commit stamped stays: frontiers never regress,
+        and a stamp that no commit backs only makes an access late or a read stale that
+        need not have been, never the reverse. The abort plan is an ordinary one: the
+        reversible effects that ran are compensated, the rest dropped."""
+        tx = self.get(txid)
+        if tx.state is not COMMITTED or tx.finished:
+            raise IllegalTransition(txid, tx.state.value, "revoke", "only a commit not yet carried out")
+        if source.__class__ is not AbortSource:
+            source = AbortSource(source)
+        tx.state = ABORTED
+        tx.abort_source = source
+        tx.abort_detail = detail
+        if tx.group is not None and (record := self._groups.get(tx.group)) is not None:
+            record.won = False  # its siblings lost already; none of them won instead
+        return self._abort_plan(tx)
+
     def _mark_aborted(self, tx: Transaction, source: AbortSource | str, detail: str) -> None:
         if source.__class__ is not AbortSource:
             source = AbortSource(source)  # a bad source must not leave the state changed
@@ -829,21 +920,68 @@ class TransactionManager:
         return AbortPlan(tx.txid, tx.epoch, source, tx.abort_detail, tuple(compensate), tuple(drop))
 
     # -- savepoints (nested transactions) ----------------------------------------------------
-    def savepoint(self, txid: int) -> int:
-        """A mark in an open transaction's staging order, for `rollback_to`."""
+    def savepoint(self, txid: int, parent: int | None = None) -> int:
+        """Open a savepoint (a nested block) of an open transaction, for `rollback_to`.
+
+        Savepoints form a tree, and each effect belongs to the savepoint that staged it (see
+        `stage`), so blocks that run at the same time (asyncio tasks, worker threads) are
+        isolated: rolling one back undoes its own effects and its descendants' only. `parent`
+        names the enclosing savepoint (0: the transaction itself). Without it, the new one
+        nests in the innermost savepoint opened this way and not yet released, and becomes
+        the one that stages naming no savepoint belong to: sequential nesting, as a caller
+        that opens one block at a time sees it."""
         tx = self.get(txid)
         if tx.state is not OPEN:
             raise IllegalTransition(txid, tx.state.value, "savepoint", "only an open transaction")
-        return self._seq
+        tree = tx.savepoints
+        if tree is None:
+            tree = tx.savepoints = {}
+        sp = self._tick()
+        if parent is None:
+            tree[sp] = tx.current_savepoint
+            tx.current_savepoint = sp
+        else:
+            if parent and parent not in tree:
+                raise ValueError(f"transaction {txid} has no savepoint {parent}")
+            tree[sp] = parent
+        return sp
 
-    def rollback_to(self, txid: int, mark: int) -> AbortPlan:
-        """Undo what the open transaction staged since `mark` (a nested block that failed):
-        those effects leave it, and the plan says which to compensate (reverse order) and
-        which to drop. The transaction stays open with the rest. Its footprint keeps the
+    def release(self, txid: int, savepoint: int) -> None:
+        """A savepoint's block ended: its effects stay with the transaction (and still belong
+        to it, so its parent's rollback undoes them too). If it was the current one (see
+        `savepoint`), its parent is current again."""
+        tx = self.get(txid)
+        tree = tx.savepoints
+        if tree is not None and tx.current_savepoint == savepoint:
+            tx.current_savepoint = tree.get(savepoint, 0)
+
+    def rollback_to(self, txid: int, savepoint: int) -> AbortPlan:
+        """Undo what the open transaction staged in `savepoint` and the savepoints nested in
+        it (a nested block that failed): those effects leave it, and the plan says which to
+        compensate (reverse order) and which to drop. Effects of other savepoints (a sibling
+        block running at the same time) and of the transaction itself stay, whenever they
+        were staged. The transaction stays open with the rest. Its footprint keeps the
         rolled-back scopes, reads included: ordering stays conservative, never short."""
         tx = self.get(txid)
         if tx.state is not OPEN:
             raise IllegalTransition(txid, tx.state.value, "rollback", "only an open transaction")
+        tree = tx.savepoints
+        if tree is None or savepoint not in tree:
+            raise ValueError(f"transaction {txid} has no savepoint {savepoint}")
+        owners = tx.owners or {}
+        inside: dict[int, bool] = {savepoint: True, 0: False}
+
+        def within(sp: int) -> bool:
+            """Whether savepoint `sp` is `savepoint` or nested in it (memoised walk up)."""
+            path: list[int] = []
+            while sp not in inside:
+                path.append(sp)
+                sp = tree.get(sp, 0)
+            found = inside[sp]
+            for step in path:
+                inside[step] = found
+            return found
+
         compensate: list[Effect] = []
         drop: list[Effect] = []
         kept: dict[str, Effect] = {}
@@ -851,10 +989,11 @@ class TransactionManager:
         for key, e in tx.staged.items():
             # An irreversible effect that ran when called (no gate) cannot be undone: it stays
             # with the transaction, accepted at its commit, residue at its abort.
-            if e.seq <= mark or (ungated and e.effect_class is IRREVERSIBLE):
+            if not within(owners.get(key, 0)) or (ungated and e.effect_class is IRREVERSIBLE):
                 kept[key] = e
             else:
                 (compensate if e.effect_class is REVERSIBLE else drop).append(e)
+                owners.pop(key, None)
         tx.staged = kept
         compensate.reverse()
         return AbortPlan(
@@ -970,6 +1109,9 @@ class TransactionManager:
                     order.unregister(scope, tx)
             for scope in tx.effect_scopes:
                 order.unregister(scope, tx)
+            if tx.reserved:
+                for scope in tx.reserved:
+                    order.unregister(scope, tx)
         real = self._real
         eager = tx.eager_scopes
         if eager:
@@ -990,6 +1132,24 @@ class TransactionManager:
             for effect in residue:
                 for scope in effect.scopes:
                     real.stamp(self.scope(scope), 0, write=True, visible_seq=seq)
+        every = self.reclaim_every
+        if every:
+            left = self._left
+            bound = self._next_txid
+            for scope in tx.effect_scopes:  # (eager scopes are effect scopes too)
+                left.append((bound, scope))
+            if tx.reads:
+                for scope in tx.reads:
+                    left.append((bound, scope))
+            if tx.reserved:
+                for scope in tx.reserved:
+                    left.append((bound, scope))
+            if residue:
+                for effect in residue:
+                    for scope in effect.scopes:
+                        left.append((bound, self.scope(scope)))
+            if len(left) >= every:
+                self._reclaim()
         parking = self._parking
         if self._parked or self._queued or parking.woken:
             self._unpark(tx.txid)
@@ -1008,7 +1168,37 @@ class TransactionManager:
             # Its holder keeps the record: not the effects' closures and payloads, which
             # nothing needs once the settlement says what became of them.
             tx.staged = {}
+            tx.owners = None
         return settlement, ready
+
+    def _horizon(self) -> int | None:
+        """The id of the oldest unfinished transaction (None: there is none)."""
+        begun = self._begun
+        while begun and begun[0].finished:
+            begun.popleft()
+        return begun[0].txid if begun else None
+
+    def _reclaim(self) -> None:
+        """Drop the scopes settled work left, once nothing there can change a decision.
+
+        Memory then follows the live work, not the work ever done. A node of the indices
+        goes when no unfinished transaction is registered on it and every transaction that
+        began before its last commit stamp has finished (`ScopeIndex.reclaim`): stamps are
+        only ever compared with such transactions (a later one has a larger epoch and reads
+        after the stamp), so no wait, stale read or late access is decided otherwise than
+        with the node kept. A scope left by a transaction that finished while an older one
+        is still unfinished waits here until that one has finished too."""
+        horizon = self._horizon()
+        left = self._left
+        indices = (self._real, self._order, self._queue)
+        while left and (horizon is None or left[0][0] <= horizon):
+            _, scope = left.popleft()
+            for index in indices:
+                index.reclaim(scope, horizon)
+
+    def tracked_scopes(self) -> int:
+        """How many scope nodes the core's indices hold (what `_reclaim` bounds)."""
+        return self._real.nodes + self._order.nodes + self._queue.nodes
 
     def _left_behind(self, tx: Transaction, residue: Sequence[Effect]) -> Sequence[Effect]:
         """`residue` (failed compensations) plus the aborted transaction's effects that ran

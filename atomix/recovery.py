@@ -16,6 +16,17 @@ For every unfinished transaction of a run that is no longer alive (see `atomix.l
   runs without them: "call rt.recover()"), an effect whose arguments were not exactly JSON or
   that was built by hand, a redo or compensation that raised.
 
+A delivery that fails here counts as one more attempt: the effect stays for the next
+recovery, until the log's ``max_delivery_attempts`` moves it to the dead letters. A record
+that cannot be decoded is quarantined (see `TxLog.quarantine_bad_records`) and reported as
+needing a human; the rest recovers. A compensation gets its key (`Call.key`, derived from the
+effect's logged key, the same the live abort used; `Call.compensation_key` is the key for the
+undo itself), so a compensating tool that honours it compensates at most once even when the process died between the compensation and its mark.
+
+Housekeeping: the applied keys of dead runs that have nothing unfinished are pruned from their
+stores once the log's ``key_retention`` has passed, and the temporary files a killed writer
+left under a file store's root are removed.
+
 Recovering twice is a no-op: a finished transaction's rows are gone from the log.
 """
 
@@ -82,10 +93,19 @@ class RecoveryReport:
     aborted: list[RecoveredTx] = field(default_factory=list)
     pending: list[Attention] = field(default_factory=list)
     needs_human: list[Attention] = field(default_factory=list)
+    #: Deliveries that failed here and stay for the next recovery (with their attempt count).
+    retrying: list[Attention] = field(default_factory=list)
+    #: Deliveries that failed their last allowed attempt here: now in the dead letters.
+    dead: list[Attention] = field(default_factory=list)
+    #: Records quarantined by earlier recoveries (this one's are in `needs_human`).
+    quarantined_before: int = 0
+    #: Housekeeping: temporary files removed, applied keys pruned from the stores.
+    temp_files_removed: int = 0
+    keys_pruned: int = 0
 
     @property
     def clean(self) -> bool:
-        return not self.pending and not self.needs_human
+        return not self.pending and not self.needs_human and not self.retrying and not self.dead
 
     @property
     def delivered(self) -> int:
@@ -111,6 +131,22 @@ class RecoveryReport:
         if self.needs_human:
             out.append("needs a human:")
             out += [f"  {a}" for a in self.needs_human]
+        if self.retrying:
+            out.append("delivery failed, retried by the next recovery:")
+            out += [f"  {a}" for a in self.retrying]
+        if self.dead:
+            out.append("delivery failed for the last time, moved to the dead letters:")
+            out += [f"  {a}" for a in self.dead]
+        if self.quarantined_before:
+            out.append(
+                f"{self.quarantined_before} record(s) in quarantine from earlier recoveries "
+                "(atomix recover --status)"
+            )
+        if self.temp_files_removed or self.keys_pruned:
+            out.append(
+                f"housekeeping: {self.temp_files_removed} temporary file(s) removed, "
+                f"{self.keys_pruned} applied key(s) of finished runs pruned"
+            )
         if self.clean:
             out.append("nothing left to do")
         return out
@@ -120,11 +156,13 @@ class RecoveryReport:
 
 
 class _Unavailable(Exception):
-    """This effect cannot be settled here; `pending` says whether the program's tools could."""
+    """This effect cannot be settled here; `pending` says whether the program's tools could,
+    `failed` that its delivery was tried and failed (an attempt that counts)."""
 
-    def __init__(self, why: str, *, pending: bool = False) -> None:
+    def __init__(self, why: str, *, pending: bool = False, failed: bool = False) -> None:
         super().__init__(why)
         self.pending = pending
+        self.failed = failed
 
 
 class _Stores:
@@ -180,11 +218,19 @@ def recover(
     stores = _Stores()
     try:
         skip = set(txlog.own_runs) | (exclude_runs or set())
+        earlier = len(txlog.quarantined())
+        for item in txlog.quarantine_bad_records(exclude_runs=skip):
+            report.needs_human.append(
+                Attention(item.ident, "-", item.what, f"quarantined, not recovered: {item.reason}")
+            )
+        report.quarantined_before = earlier
         for tx in txlog.unfinished(exclude_runs=skip):
             if tx.committed:
                 _finish(txlog, tx, tools, stores, report)
             else:
                 _abort(txlog, tx, tools, report)
+        if not exclude_runs:
+            _housekeep(txlog, stores, report)
     finally:
         stores.close()
         if own:
@@ -227,9 +273,18 @@ def _finish(
         try:
             results = _redo_step(step, tools, stores)
         except _Unavailable as exc:
-            for effect in step:
-                _attention(report, tx, effect, exc)
-            left += len(step)
+            if not exc.failed:
+                for effect in step:
+                    _attention(report, tx, effect, exc)
+                left += len(step)
+                continue
+            for effect in step:  # one more failed attempt: retried next time, or dead
+                item = Attention(tx.name, effect.key, effect.tool, str(exc))
+                if log.delivery_failed(tx.run_id, tx.txid, effect.key, effect.status, str(exc)):
+                    report.dead.append(item)
+                else:
+                    report.retrying.append(item)
+                    left += 1
             continue
         for effect, fresh in zip(step, results, strict=True):
             status = APPLIED if effect.effect_class is BUFFERABLE else RELEASED
@@ -306,8 +361,8 @@ def _redo_step(
         return redo(step, tools, stores)
     except _Unavailable:
         raise
-    except Exception as exc:  # noqa: BLE001 - reported; the effect stays for the next recovery
-        raise _Unavailable(f"redo failed: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - counted; the effect stays for the next recovery
+        raise _Unavailable(f"redo failed: {type(exc).__name__}: {exc}", failed=True) from exc
 
 
 def _abort(
@@ -347,7 +402,10 @@ def _compensate(effect: LoggedEffect, tools: Mapping[str, ToolSpec | None] | Non
         raise _Unavailable(f"tool {spec.name!r} has no compensation in this program")
     # A call logged as started but not returned may or may not have acted: its compensation
     # gets result None (compensations must tolerate an effect that never happened).
-    call = Call(redo["tool"], dict(redo["args"]), redo.get("result"), redo.get("before"))
+    call = Call(
+        redo["tool"], dict(redo["args"]), redo.get("result"), redo.get("before"),
+        key=effect.key,  # as the live call had it (its compensation_key follows from it)
+    )
     try:
         _run(spec.compensate, {"call": call}, positional=True)
     except _Unavailable:
@@ -381,3 +439,29 @@ def _run(fn: Callable[..., Any], kwargs: dict[str, Any], *, positional: bool = F
             close()
         raise _Unavailable("an async tool cannot be redone from inside a running event loop")
     return result
+
+
+def _housekeep(log: TxLog, stores: _Stores, report: RecoveryReport) -> None:
+    """Remove what killed writers left (temporary files under file-store roots), and prune
+    the applied keys of finished dead runs (see the module docstring). Never fatal: what
+    fails here is reported and tried again by the next recovery."""
+    prunable, fresh = log.dead_run_stores()
+    for kind, path in fresh:
+        if kind == "fs.write":
+            if not Path(path).is_dir():
+                continue
+            try:
+                report.temp_files_removed += stores.file(path, False).sweep_temp_files()
+            except Exception as exc:  # noqa: BLE001 - housekeeping is never fatal
+                report.needs_human.append(Attention("-", "-", path, f"temporary files not swept: {exc}"))
+    for run_id, run_stores in prunable.items():
+        try:
+            for kind, path in run_stores:
+                if kind == "fs.write" and Path(path).is_dir():
+                    report.keys_pruned += stores.file(path, False).prune_keys(f"{run_id}:")
+                elif kind == "sqlite.row" and Path(path).exists():
+                    report.keys_pruned += stores.db(path).prune_keys(f"{run_id}:")
+        except Exception as exc:  # noqa: BLE001 - housekeeping is never fatal
+            report.needs_human.append(Attention(run_id, "-", "-", f"applied keys not pruned: {exc}"))
+            continue
+        log.pruned(run_id)

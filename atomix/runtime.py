@@ -39,6 +39,7 @@ from atomix.tools import Call, ScopeSpec, define_tool, with_signature
 from atomix.transaction import ABORTED
 
 if TYPE_CHECKING:
+    from atomix.coordinator import CoordinatorSettings, Membership
     from atomix.schemas import ToolSchema
 
 T = TypeVar("T")
@@ -58,7 +59,12 @@ class Runtime:
     """Atomix for library users: transactions over shimmed tools, safe across threads and
     asyncio tasks. Effects settle only when a transaction is sealed and no earlier
     conflicting transaction can still arrive; a commit blocked past `timeout` seconds
-    aborts with source `timeout`."""
+    aborts with source `timeout`.
+
+    Memory follows the live work, not the work ever done: `settlements` keeps the latest
+    `keep_settlements` settlements (default 1000; True: all, False: none), and the core drops
+    the scopes settled work left once they can no longer change a decision. Measure it with
+    `python -m harness.bench.memory`."""
 
     def __init__(
         self,
@@ -67,10 +73,11 @@ class Runtime:
         timeout: float | None = 30.0,
         apply_attempts: int = 8,
         clock: Callable[[], float] = time.monotonic,
-        keep_settlements: bool = True,
+        keep_settlements: bool | int = 1000,
         strict: bool = False,
         log: TxLog | str | os.PathLike[str] | None = None,
         recover: bool = True,
+        coordinator: str | CoordinatorSettings | None = None,
     ) -> None:
         if options is not None and not (options.gate_irreversible and options.keyed_delivery):
             # Its tool shims gate irreversible calls and hand every function its key: they
@@ -96,6 +103,13 @@ class Runtime:
             options, apply_attempts=apply_attempts, keep_settlements=keep_settlements, run_id=run_id
         )
         self.coordinator.log = self.log
+        # coordinator: a URL (or CoordinatorSettings) shared with other processes' runtimes;
+        # the core becomes a replica of its event log (see atomix.coordinator).
+        self.membership: Membership | None = None
+        if coordinator is not None:
+            from atomix.coordinator import attach
+
+            self.membership = attach(self.coordinator, coordinator, log=self.log)
         self.timeout = timeout
         self._clock = clock
         self._attempts = apply_attempts
@@ -104,6 +118,10 @@ class Runtime:
         # Transactions the user has entered as blocks and not left: txid -> thread ident.
         # Read without a lock (dict operations are atomic) only when a call has no context.
         self._blocks: dict[int, int] = {}
+        # Threads started while a block was open, still alive after it (see
+        # `atomix.handles.block_closed`): their calls outside any transaction are refused.
+        self._block_threads: dict[int, frozenset[int]] = {}
+        self._late_threads: dict[int, tuple[threading.Thread, int]] = {}
         self._pool: TransactionExecutor | None = None
         # Drivers hold no per-transaction state: one serves every transaction that keeps
         # the runtime's own time-out.
@@ -120,9 +138,32 @@ class Runtime:
         return self.recovery
 
     def close(self) -> None:
-        """Close the durable log, if any (releasing its directory for another process)."""
+        """Close the durable log, if any (releasing its directory for another process), and
+        leave the coordinator, if any.
+
+        Refused (AtomixError, nothing closed) while a transaction of this runtime is
+        unsettled: released, the log would let a new runtime's recovery compensate the
+        transaction while it is still live, and its own end would settle it again. Commit or
+        abort every transaction first."""
+        self._refuse_close_while_live()
+        if self.membership is not None:
+            self.membership.close()
         if self.log is not None:
             self.log.close()
+
+    def _refuse_close_while_live(self) -> None:
+        logged = self.log is not None and not self.log.closed
+        if not logged and getattr(self, "membership", None) is None:
+            return  # nothing is released that another runtime could recover
+        with self.coordinator.lock:
+            live = sorted(tx.txid for tx in self.coordinator.core.active())
+        if live:
+            names = ", ".join(f"tx{txid}" for txid in live[:10]) + (" ..." if len(live) > 10 else "")
+            raise AtomixError(
+                f"Runtime.close(): {len(live)} transaction(s) still unsettled ({names}); commit "
+                "or abort them first (leave their blocks), or the durable log's next owner "
+                "would recover them while they are live"
+            )
 
     @property
     def core(self) -> TransactionManager:
@@ -265,7 +306,16 @@ class Runtime:
 
     def _own_transaction(self, tool: str) -> Tx:
         """The transaction of one call made outside every transaction (auto-commit), unless
-        the runtime is strict or the call cannot be told apart from a worker of an open one."""
+        the runtime is strict or the call cannot be told apart from a worker of an open one
+        (or a late one of a block that has ended)."""
+        self._refuse_outside(tool)
+        tx = self.transaction()
+        assert isinstance(tx, Tx)  # outside every transaction: never a savepoint
+        tx._own = True
+        return tx
+
+    def _refuse_outside(self, tool: str) -> None:
+        """Raise OutsideTransaction if a call outside every transaction must not auto-commit."""
         if self.strict:
             raise OutsideTransaction(
                 f"tool {tool!r} was called outside any transaction, and this runtime is strict "
@@ -283,10 +333,18 @@ class Runtime:
                 "or an rt.executor() pool (or run it in contextvars.copy_context()), or, if the call "
                 "is independent, give it its own `with rt.transaction():`"
             )
-        tx = self.transaction()
-        assert isinstance(tx, Tx)  # outside every transaction: never a savepoint
-        tx._own = True
-        return tx
+        if self._late_threads:
+            late = self._late_threads.get(threading.get_ident())
+            if late is not None and late[0] is threading.current_thread():
+                raise OutsideTransaction(
+                    f"tool {tool!r} was called outside any transaction from thread "
+                    f"{late[0].name!r}, which was started while tx{late[1]} was open and has "
+                    f"outlived it: the call may be a late task of tx{late[1]}, which has ended, so "
+                    "it is refused rather than committed on its own. Submit a transaction's work "
+                    "with rt.run_in_executor(fn, ...) or an rt.executor() pool (a late call then "
+                    "fails with its transaction), or, if the call is independent, give it its "
+                    "own `with rt.transaction():`"
+                )
 
     def tool_schemas(self) -> list[ToolSchema]:
         """The JSON schema of every tool defined on this runtime (not of a name two functions
@@ -316,18 +374,30 @@ class Runtime:
 
     def run(self, body: Callable[[Tx | Savepoint], T], *, retries: int = 3) -> T:
         """Run `body` in a transaction; on a stale abort, retry with a fresh epoch. Inside
-        another transaction it runs once, as a savepoint: only the outer one can retry."""
+        another transaction it runs once, as a savepoint: only the outer one can retry.
+
+        A retry first claims what the failed attempt read and wrote (`Tx.reserve`): it waits
+        for the earlier transactions holding those scopes, and later ones wait for it there.
+        Without the claim a retry is the newest transaction on its scopes every time, the
+        one an earlier writer makes stale, and under contention it can lose every attempt."""
         outer = current_tx.get()
         if outer is not None and outer.rt is self:
             with self.transaction() as nested:
                 return body(nested)
+        claim: tuple[str, ...] = ()
         for attempt in range(retries + 1):
             try:
                 with self.transaction() as tx:
+                    assert isinstance(tx, Tx)  # outside every transaction: never a savepoint
+                    if claim:
+                        tx.reserve(*claim)
                     return body(tx)
             except TransactionAborted as exc:
                 if exc.source != AbortSource.STALE_READ or attempt == retries:
                     raise
+                done = exc.settlement
+                if isinstance(done, Settlement):
+                    claim = tuple(dict.fromkeys((*claim, *done.reads, *done.writes)))
         raise AssertionError("unreachable")
 
     def tool(
@@ -374,8 +444,8 @@ class Runtime:
                         return await tx._call_bound(spec, bound)
                     if tx is not None:
                         raise AtomixError(f"tool {spec.name!r}: called inside a transaction of another runtime or driver")
-                    if self.strict or self._blocks:
-                        self._own_transaction(spec.name)  # raises: say why
+                    if self.strict or self._blocks or self._late_threads:
+                        self._refuse_outside(spec.name)
                     own = self.atransaction()
                     assert isinstance(own, ATx)  # outside every transaction: never a savepoint
                     own._own = True

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Awaitable
 from typing import Any, Literal
 
 from atomix.decisions import Settlement
 from atomix.errors import AtomixError, TransactionAborted
 from atomix.handles import ATx, Tx
+from atomix.session import TxSession, current_savepoint
 from atomix.transaction import ABORTED
 
 
@@ -16,17 +18,21 @@ class Savepoint:
 
     Guarantees: it is never an independent transaction. Its calls join the enclosing
     transaction and their effects settle with it, at its commit or abort. Leaving the block
-    by an exception (or calling `rollback()`) undoes only what was staged inside it:
-    reversible effects are compensated in reverse order, staged and gated ones are dropped,
-    and the enclosing transaction stays open. What was undone, and any compensation that
-    failed (residue, with its exception), appears in the enclosing settlement.
+    by an exception (or calling `rollback()`) undoes only what was staged inside it (and in
+    blocks nested in it): reversible effects are compensated in reverse order, staged and
+    gated ones are dropped, and the enclosing transaction stays open. Savepoints open at the
+    same time (in `asyncio.gather` tasks, or `rt.executor()` workers) are isolated: each
+    stages into its own, so one's rollback never undoes a sibling's effects, nor what the
+    enclosing block staged meanwhile. What was undone, and any compensation that failed
+    (residue, with its exception), appears in the enclosing settlement.
     """
 
-    __slots__ = ("outer", "_mark")
+    __slots__ = ("outer", "_mark", "_token")
 
     def __init__(self, outer: Tx | ATx) -> None:
         self.outer = outer
         self._mark: int | None = None
+        self._token: contextvars.Token[tuple[TxSession, int] | None] | None = None
 
     def __getattr__(self, name: str) -> Any:  # call, read, stage, txid, settlement, ...
         return getattr(self.outer, name)
@@ -63,13 +69,30 @@ class Savepoint:
         outer._driver.drive(outer.rollback_steps(self._entered()))
         return None
 
+    def _open(self) -> None:
+        """Open the savepoint and make it this task's or thread's current one: what is
+        staged here, until the block ends, belongs to it."""
+        mark = self._mark = self.outer.savepoint()
+        self._token = current_savepoint.set((self.outer, mark))
+
+    def _close(self) -> None:
+        token = self._token
+        if token is not None:
+            self._token = None
+            current_savepoint.reset(token)
+        if self._mark is not None:
+            self.outer.release_savepoint(self._mark)
+
     def __enter__(self) -> Savepoint:
-        self._mark = self.outer.savepoint()
+        self._open()
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
-        if exc is not None and not self._outer_settled(exc):
-            self.rollback()
+        try:
+            if exc is not None and not self._outer_settled(exc):
+                self.rollback()
+        finally:
+            self._close()
         return False
 
 
@@ -84,10 +107,13 @@ class ASavepoint(Savepoint):
         await outer._driver.adrive(outer.rollback_steps(self._entered()))
 
     async def __aenter__(self) -> ASavepoint:
-        self._mark = self.outer.savepoint()
+        self._open()
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if exc is not None and not self._outer_settled(exc):
-            await self.rollback()
+        try:
+            if exc is not None and not self._outer_settled(exc):
+                await self.rollback()
+        finally:
+            self._close()
         return False

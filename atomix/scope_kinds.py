@@ -2,9 +2,10 @@
 
 Aliases of one resource become one scope: `/repo/./src/../src/app.py` and a symlink to it,
 the row keys `"42"` and `42`, two spellings of one URL or mail address. File paths resolve
-(`fs_scope`), SQLite table names fold case (`sqlite_scope`), URLs normalise per RFC 3986
-(`url_scope`), names trim and fold integers (`named_scope`); `naive_scope` is the ablation
-that does none of it. The adapters take their scopes from here, so a user's template and an
+(`fs_scope`), SQLite table names drop their quoting and the `main.` schema and fold case
+(`sqlite_scope`), URLs normalise per RFC 3986 (`url_scope`), mail addresses take Unicode NFC
+and an IDNA (punycode) domain (`mail_scope`), names trim and fold integers (`named_scope`);
+`naive_scope` is the ablation that does none of it. The adapters take their scopes from here, so a user's template and an
 adapter name one resource alike.
 """
 
@@ -15,6 +16,7 @@ import operator
 import os
 import re
 import string
+import unicodedata
 from typing import SupportsIndex
 from urllib.parse import urlsplit
 
@@ -121,14 +123,65 @@ def _canonical_key(key: object) -> str:
     raise ScopeError(f"row key must be an int, integral float or str, got {key!r}")
 
 
+# A quoted SQL identifier and what closes it: "x" (standard), [x] (MS Access/SQL Server),
+# `x` (MySQL) and 'x' (SQLite's leniency); a doubled closer inside quotes is one character.
+_QUOTES = {'"': '"', "`": "`", "'": "'", "[": "]"}
+
+
+def _identifier_parts(text: str) -> list[str]:
+    """A possibly quoted, possibly schema-qualified SQL name split at the dots outside quotes,
+    each part unquoted; ScopeError if it is malformed."""
+    parts: list[str] = []
+    current: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in _QUOTES and not current:
+            close = _QUOTES[c]
+            i += 1
+            while True:
+                end = text.find(close, i)
+                if end < 0:
+                    raise ScopeError(f"sqlite table name {text!r}: unterminated quote {c}")
+                current.append(text[i:end])
+                i = end + 1
+                if close != "]" and i < n and text[i] == close:  # a doubled quote: literal
+                    current.append(close)
+                    i += 1
+                    continue
+                break
+            if i < n and text[i] != ".":
+                raise ScopeError(f"sqlite table name {text!r}: text after a closing quote")
+            continue
+        if c == ".":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(c)
+        i += 1
+    parts.append("".join(current))
+    if any(not p for p in parts) or len(parts) > 2:
+        raise ScopeError(f"sqlite table name {text!r} is not [schema.]table")
+    return parts
+
+
 def sqlite_table(table: object) -> str:
-    """The canonical spelling of a SQLite table name: SQLite identifiers are case-insensitive,
-    so `Orders` and `orders` are one table and get one scope."""
+    """The canonical spelling of a SQLite table name, as SQLite resolves it: quoting
+    (`"Orders"`, `[Orders]`, `` `Orders` ``) and the default schema (`main.orders`) are
+    dropped, and identifiers are case-insensitive for ASCII, so all of these and `Orders`
+    are the table `orders`, with one scope. Another schema stays in the name
+    (`temp.orders`)."""
     if not isinstance(table, str) or not table:
         raise ScopeError(f"sqlite table must be a non-empty string, got {table!r}")
-    if ":" in table or table != table.strip() or any(ord(c) < 32 or ord(c) == 127 for c in table):
+    if table != table.strip():
         raise ScopeError(f"sqlite table name {table!r} is not identifier-like")
-    return table.translate(ASCII_LOWER)
+    parts = _identifier_parts(table) if any(c in table for c in '."`[\'') else [table]
+    if len(parts) == 2 and parts[0].translate(ASCII_LOWER) == "main":
+        parts = parts[1:]
+    name = ".".join(parts)
+    if ":" in name or any(ord(c) < 32 or ord(c) == 127 for c in name) or name != name.strip():
+        raise ScopeError(f"sqlite table name {table!r} is not identifier-like")
+    return name.translate(ASCII_LOWER)
 
 
 def sqlite_db(db: object, casefold: bool) -> str:
@@ -260,6 +313,10 @@ def named_scope(text: str) -> Scope:
     parts = tuple(named_part(p, text) for p in rest)
     if kind == "sqlite" and parts[0].startswith("/"):
         raise ScopeError(f"scope name {text!r} names a database file; use sqlite_scope")
+    if kind == "sqlite":  # a handle `sqlite:"Orders":42` names the table `orders`
+        parts = (named_part(sqlite_table(parts[0]), text), *parts[1:])
+    elif kind == "mail":  # every spelling of one mailbox is one scope (see mail_scope)
+        parts = tuple(_mail_part(p) for p in parts)
     fold = FOLDS.get(kind)
     if fold is not None:
         parts = fold(parts)
@@ -270,18 +327,37 @@ def named_scope(text: str) -> Scope:
 
 
 def mail_address(address: object) -> str:
-    """The canonical spelling of a mail address: trimmed and lower-cased as a whole."""
+    """The spelling a message is addressed with: trimmed, lower-cased, Unicode NFC (the
+    domain keeps the form it was given; its scope is `mail_scope`'s)."""
     if not isinstance(address, str) or not address.strip():
         raise ScopeError(f"mail address must be a non-empty string, got {address!r}")
     if ":" in address:
         # ':' separates scope parts: "a:b@x" would become a two-level scope, not one address.
         raise ScopeError(f"mail address must not contain ':', got {address!r}")
-    return address.strip().lower()
+    return unicodedata.normalize("NFC", address.strip().lower())
+
+
+def _mail_part(part: str) -> str:
+    """One part of a mail scope: an address as `mail_scope` spells it; any other part NFC
+    and lower-cased."""
+    local, at, domain = part.rpartition("@")
+    if not at:
+        return unicodedata.normalize("NFC", part.lower())
+    local = unicodedata.normalize("NFC", unicodedata.normalize("NFC", local).lower())
+    domain = domain.strip(".")
+    if not domain.isascii():
+        try:
+            domain = unicodedata.normalize("NFC", domain).encode("idna").decode("ascii")
+        except UnicodeError:
+            raise ScopeError(f"mail address {part!r}: its domain is not a valid IDN") from None
+    return f"{local}@{domain.lower()}"
 
 
 def mail_scope(address: str) -> Scope:
-    """Scope of one mailbox: `mail:alice@example.com`, spelt as `mail_address` spells it, so a
-    user template `mail:{to}` and the mailbox adapter name one recipient alike."""
+    """Scope of one mailbox: `mail:alice@example.com`. Every spelling of one mailbox is one
+    scope: case (the whole address is folded, see `atomix.scopes`), Unicode NFC and NFD of
+    the local part, and an internationalised domain and its punycode (IDNA) form, so a user
+    template `mail:{to}` and the mailbox adapter name one recipient alike."""
     return named_scope("mail:" + mail_address(address))
 
 

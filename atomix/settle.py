@@ -7,6 +7,7 @@ A compensation is tried once: if it fails, the effect is residue and is reported
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -158,8 +159,8 @@ async def acarry_out_commit(
             except Exception as exc:  # noqa: BLE001
                 if attempt == attempts - 1:
                     outcome.failed(effects, exc)
-        if on_step is not None:
-            on_step(effects, ok)
+        if on_step is not None:  # a durable log's mark: off the event loop (it may fsync)
+            await asyncio.to_thread(on_step, effects, ok)
     return outcome
 
 
@@ -176,8 +177,8 @@ async def acarry_out_abort(
             ok = True
         except Exception as exc:  # noqa: BLE001
             outcome.left(effect, exc)
-        if on_compensated is not None:
-            on_compensated(effect, ok)
+        if on_compensated is not None:  # as in acarry_out_commit: off the event loop
+            await asyncio.to_thread(on_compensated, effect, ok)
     return outcome
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import FunctionType
 from typing import Any
 
-from atomix.effects import EffectClass
+from atomix.effects import EffectClass, compensation_key
 from atomix.errors import ScopeError, ToolDefinitionError
 from atomix.scope_parsing import (
     ScopePolicy,
@@ -129,6 +129,25 @@ class Call:
     before: Any = None
     # The exception the tool raised, if it raised: it may still have acted, and is compensated.
     error: BaseException | None = None
+    # The effect's idempotency key (the runtime sets it before the call runs): a compensation
+    # may deduplicate on it, so that one run twice (recovery after a crash) undoes once.
+    key: str | None = None
+
+    @property
+    def compensation_key(self) -> str | None:
+        """The idempotency key for this call's compensation (`atomix.effects.compensation_key`
+        of `key`): the same in the live abort and in recovery, and distinct from the call's own
+        key, so a store that recorded the call's key does not drop the compensation as a
+        duplicate of the call."""
+        return None if self.key is None else compensation_key(self.key)
+
+
+class UnrecordedCall(Call):
+    """A reversible call whose result a durable log could not describe (its repr raised):
+    the log holds a stand-in naming the failure, and the runtime compensates it in-process
+    with the real result, as it would any call."""
+
+    __slots__ = ()
 
 
 def _template_fields(tool: str, field_name: str, template: str, *, scope: bool) -> list[str]:

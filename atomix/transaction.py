@@ -108,6 +108,16 @@ class Transaction:
     finished: bool
     waited: float
     settlement: Settlement | None
+    # Savepoints (nested blocks) as a tree: savepoint -> its parent (0: the transaction
+    # itself); None until the first one. `owners`: effect key -> the savepoint that staged
+    # it (effects staged outside every savepoint are not listed). `current_savepoint`: the
+    # one a stage that names none belongs to (the innermost opened by a caller that nests
+    # savepoints one at a time; see `TransactionManager.savepoint`).
+    savepoints: dict[int, int] | None
+    # Scopes claimed before they were touched (`TransactionManager.reserve`), held until finish.
+    reserved: set[Scope] | None
+    owners: dict[str, int] | None
+    current_savepoint: int
 
     # Written out: one record is made per transaction, and the generated __init__ would take
     # every container as a parameter and call a factory for each.
@@ -130,6 +140,10 @@ class Transaction:
         self.finished = False
         self.waited = 0.0
         self.settlement = None
+        self.savepoints = None
+        self.reserved = None
+        self.owners = None
+        self.current_savepoint = 0
 
     @property
     def effects(self) -> list[Effect]:

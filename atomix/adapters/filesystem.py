@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,12 @@ SUBSTRATE = "fs"
 #: The store's own directory under root: never user data, never in a snapshot.
 META_DIR = ".atomix"
 JOURNAL = "applied"
+#: Appends to the journal and its compaction (`prune_keys`) hold an flock on this file, so
+#: that a compaction in another process never loses an append.
+JOURNAL_LOCK = "applied.lock"
+TMP_SUFFIX = ".atomix-tmp"
+# A temporary file's name ends with its writer's pid: `.<name>.<random>.<pid>.atomix-tmp`.
+_TMP_PID = re.compile(r"\.(\d+)\.atomix-tmp\Z")
 #: Mode of a file the store creates (a replaced file keeps its own mode). Fixed rather than taken
 #: from the umask, because reading the umask means setting it, which races with other threads.
 NEW_FILE_MODE = 0o644
@@ -30,12 +37,14 @@ class FileStore:
     - A write is all or nothing: data goes to a temporary file in the target's directory, is
       fsynced, and is renamed over the target with `os.replace`; the directory is then fsynced. A
       failure at any step leaves the previous content and no temporary file behind (a process
-      killed mid-write can leave a ``.<name>.*.atomix-tmp`` file, never a half-written target).
+      killed mid-write can leave a ``.<name>.*.<pid>.atomix-tmp`` file, never a half-written
+      target; `sweep_temp_files` removes those of dead writers, and recovery calls it).
     - Paths resolve (``..``, symlinks and, with ``casefold=True``, letter case) to one real file
       under ``root``; anything resolving outside root, to root itself or into ``.atomix/`` is
       refused with ValueError.
     - With a key, a mutation is applied at most once per journal: the applied keys are appended,
-      fsynced, to ``<root>/.atomix/applied`` and reloaded at open.
+      fsynced, to ``<root>/.atomix/applied`` and reloaded at open. `prune_keys` removes the keys
+      of a finished run (recovery does, once no retry can come for them).
 
     Crash window (honest): the journal entry is written *after* the rename, because a file and a
     journal cannot be updated in one atomic step. A crash between the two leaves the effect applied
@@ -211,6 +220,53 @@ class FileStore:
             self._record(real, "delete", key, meta)
             return True
 
+    # ---- housekeeping ---------------------------------------------------------------------------
+
+    def prune_keys(self, prefix: str) -> int:
+        """Remove every applied key that starts with `prefix` from the journal (rewritten
+        atomically); returns how many went. Only for keys no retry can come for any more
+        (recovery prunes a finished run's, ``<run>:``): a pruned key's effect would apply again."""
+        with self._lock:
+            if not self._journal.exists():
+                return 0
+            with self._journal_locked():
+                truncate_torn_tail(self._journal)
+                lines = self._journal.read_text(encoding="utf-8").splitlines(keepends=True)
+                keep = [ln for ln in lines if ln.strip() and not json.loads(ln)["key"].startswith(prefix)]
+                gone = sum(1 for ln in lines if ln.strip()) - len(keep)
+                if gone:
+                    _atomic_write(self._journal, "".join(keep).encode(), self._root, durable=self._durable)
+            self._keys = {k for k in self._keys if not k.startswith(prefix)}
+            return gone
+
+    def sweep_temp_files(self) -> int:
+        """Remove the temporary files under root that writers killed mid-write left behind
+        (their pid is no longer alive; a name without a pid is from an older version);
+        returns how many. A live writer's temporary file is never touched."""
+        removed = 0
+        for path in self._temp_files():
+            match = _TMP_PID.search(path.name)
+            if match is not None and _alive(int(match.group(1))):
+                continue
+            try:
+                path.unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+    def _temp_files(self) -> Iterator[Path]:
+        for dirpath, dirnames, filenames in os.walk(self._root):
+            here = Path(dirpath)
+            if here == self._root:
+                dirnames[:] = [d for d in dirnames if not self._is_meta_name(d)]
+            for name in filenames:
+                if name.endswith(TMP_SUFFIX):
+                    yield here / name
+
+    def _journal_locked(self) -> _FileLock:
+        return _FileLock(self._journal.parent / JOURNAL_LOCK)
+
     # ---- internals ------------------------------------------------------------------------------
 
     def _dedup(self, real: Path, key: str | None, meta: Mapping[str, Any] | None) -> bool:
@@ -226,12 +282,13 @@ class FileStore:
         if key is not None:
             entry = {"key": key, "kind": kind, "path": real.relative_to(self._root).as_posix()}
             self._journal.parent.mkdir(exist_ok=True)
-            created = not self._journal.exists()
-            with open(self._journal, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(entry, sort_keys=True) + "\n")
-                fh.flush()
-                if self._durable:
-                    os.fsync(fh.fileno())
+            with self._journal_locked():
+                created = not self._journal.exists()
+                with open(self._journal, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(entry, sort_keys=True) + "\n")
+                    fh.flush()
+                    if self._durable:
+                        os.fsync(fh.fileno())
             if created and self._durable:
                 fsync_dir(self._journal.parent)
             self._keys.add(key)
@@ -316,7 +373,7 @@ def _atomic_write(target: Path, data: bytes, root: Path, *, durable: bool = True
         # The name is cut so that the temp name stays under NAME_MAX for long target names.
         dir=target.parent,
         prefix=f".{target.name[:64]}.",
-        suffix=".atomix-tmp",
+        suffix=f".{os.getpid()}{TMP_SUFFIX}",  # whose it is: see FileStore.sweep_temp_files
     )
     tmp = Path(tmp_name)
     try:
@@ -334,3 +391,42 @@ def _atomic_write(target: Path, data: bytes, root: Path, *, durable: bool = True
         raise
     if durable:
         fsync_dir(target.parent)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this pid exists (a pid reused since only keeps a file longer)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # someone else's live process, or not a pid we can ask about: keep it
+    return True
+
+
+class _FileLock:
+    """An exclusive flock on `path` for the length of a ``with`` block (and this thread's
+    store lock, which the caller holds, orders threads within the process)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._fd = -1
+
+    def __enter__(self) -> _FileLock:
+        self._path.parent.mkdir(exist_ok=True)
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        if _fcntl is not None:
+            _fcntl.flock(self._fd, _fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._fd)  # closing drops the flock
+        self._fd = -1
+
+
+try:
+    import fcntl as _fcntl
+except ImportError:  # pragma: no cover - not POSIX: only the in-process lock orders writers
+    _fcntl = None  # type: ignore[assignment]

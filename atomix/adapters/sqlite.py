@@ -51,7 +51,9 @@ class SQLiteStore:
     - With a key, a row operation is applied at most once, across processes and reopenings: the key
       goes into ``_atomix_applied`` in the SAME transaction as the row, so a crash can never leave
       a row without its key or a key without its row. A retry after any failure is therefore safe:
-      it applies the row exactly once.
+      it applies the row exactly once. (This holds for a compensation too: one that writes with
+      ``key=call.compensation_key`` undoes once, however often recovery runs it.) `prune_keys`
+      removes a finished run's keys (recovery does, once no retry can come for them).
     - `apply_batch` applies many row operations in ONE transaction: all or nothing.
     - Row keys are canonical: ``42`` and ``"42"`` are one row (and one scope).
 
@@ -217,6 +219,23 @@ class SQLiteStore:
                 raise ValueError(f"effect of {effect.tool!r} belongs to another batch applier")
             items.append((effect.payload, effect.key))
         self._apply(items, fail_after_rows=_fail_after_rows)
+
+    def prune_keys(self, prefix: str) -> int:
+        """Delete every applied key that starts with `prefix` (one transaction); returns how
+        many went. Only for keys no retry can come for any more (recovery prunes a finished
+        run's, ``<run>:``): a pruned key's row operation would apply again."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._conn.execute(
+                    f"DELETE FROM {APPLIED_TABLE} WHERE substr(key, 1, ?) = ?", (len(prefix), prefix)
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            return cur.rowcount
 
     # ---- internals ----------------------------------------------------------------------------
 

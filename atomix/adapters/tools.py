@@ -17,12 +17,13 @@ an Effect built by `row_effect` through the transaction handle's `stage()`: only
 carries the store as its batch applier, so that all of a transaction's rows (on one store) apply
 in ONE SQLite transaction at commit.
 
-Keys: a message's is `trace:epoch:branch:mail.send:<digest of the arguments>`, so an identical
-second send in one transaction is taken for a duplicated delivery and sent once. A whole-value
-write (file, row) also carries its position among the transaction's writes to that resource,
-`...:<tool>:<n>.<digest>`: writing A, B, then A again leaves A (with content keys alone the
-second A would be dropped as a duplicate of the first), and a duplicated delivery is simply
-written twice, which leaves the same value.
+Keys: a message's is `run:trace:epoch:branch:mail.send:#<n>:<digest of the arguments>`, n
+being the call's ordinal in its transaction, so two identical sends in one transaction are two
+effects and two messages (two reminders sent on purpose), while a retried delivery of one send
+reuses its key and lands once. A whole-value write (file, row) instead carries its position
+among the transaction's writes to that resource, `...:<tool>:<n>.<digest>`: writing A, B, then
+A again leaves A (with content keys alone the second A would be dropped as a duplicate of the
+first), and a duplicated delivery is simply written twice, which leaves the same value.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""`python -m harness.bench [--quick] [--suite [--full]]`: every benchmark, printed.
+"""`python -m harness.bench [--quick] [--suite [--full]] [--memory]`: every benchmark, printed.
 
 Without `--suite`: the runtime's overheads (`harness.bench.runtime`): (a) a shimmed
 bufferable call against a direct call, (b) a commit of 4 bufferable effects, (c) speculation
 with K branches (paper Table 17), (d) the durable log's cost per commit, (e) the hot paths
-against their targets. With `--suite`: only the figures that have targets, each PASS or
+against their targets; then (f) memory over a long life (`harness.bench.memory`: RSS every
+100,000 of 1,000,000 transactions; `--memory` prints only that). With `--suite`: only the figures that have targets, each PASS or
 MISS: the hot paths, the wait path's scaling (`harness.bench.scaling`) and the harness's
 trial throughput (`harness.bench.trials`). Nothing here is a test: the test suite times
 nothing, and every figure depends on the machine and its load.
@@ -17,6 +18,7 @@ import sys
 import time
 
 from harness.bench.figures import Figure, Stats, mark, print_figures
+from harness.bench.memory import print_memory_section
 from harness.bench.runtime import (
     PAPER_TABLE_17,
     SHIM_TARGET_US,
@@ -73,10 +75,17 @@ def main(argv: list[str] | None = None) -> int:
         "each with its target and PASS/MISS",
     )
     parser.add_argument("--full", action="store_true", help="with --suite: more repetitions")
+    parser.add_argument(
+        "--memory", action="store_true",
+        help="only (f): RSS over a long life (1,000,000 transactions; 20,000 with --quick)",
+    )
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests
     args = parser.parse_args(argv)
     if args.suite:
         return run_suite(quick=not args.full, tiny=args.tiny)
+    if args.memory:
+        print_memory_section(args.quick)
+        return 0
     scale = 0.1 if args.quick else 1.0
     shim_rounds = max(20, int(400 * scale))
     commit_rounds = max(500, int(20000 * scale))
@@ -154,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     print_figures(hot_path_figures(args.quick))
     print()
     print_log_section(args.quick)
+    print()
+    print_memory_section(args.quick)
+    print()
     after = bench_reference(ref_rounds)
     print(
         f"machine reference (the K = 16 loop of (c) with plain stand-ins, no runtime): "

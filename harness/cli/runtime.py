@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -18,33 +19,94 @@ EXIT_UNFINISHED = 1
 
 @commands.command(
     "recover",
-    epilog="Example: atomix recover ./atomix-log",
+    short_help="Finish or abort what a dead program left in its durable log.",
+    epilog=(
+        "Examples: atomix recover ./atomix-log; atomix recover --status ./atomix-log --json; "
+        "atomix recover --coordinator postgresql://atomix@db/atomix"
+    ),
     help=(
         "Finish the committed transactions a dead program left in its durable log (each "
-        "missing effect delivered once, by key), abort the rest, and say what needs a human."
+        "missing effect delivered once, by key), abort the rest, retry failed deliveries, "
+        "and say what needs a human."
         "\n\n"
         "Effects of the built-in adapters (files, SQLite rows, mail) are redone from the log "
         "alone; a user tool's effect needs the program's tools: it is reported as pending, and "
-        "the program finishes it with rt.recover()."
+        "the program finishes it with rt.recover(). A record that cannot be decoded is "
+        "quarantined and reported; the rest recovers. A log whose database or WAL file was lost "
+        "is refused."
         "\n\n"
-        "Exit codes: 0 nothing left to do; 1 something is pending or needs a human; 2 no usable "
-        "log at LOGDIR, or it is in use by a live process."
+        "--status only reads the log (also while a live program holds it): what is pending, "
+        "which failed deliveries wait for a retry, the dead letters and the quarantine."
+        "\n\n"
+        "--coordinator URL (instead of LOGDIR): fence the processes of that coordinator whose "
+        "lease expired (never one whose log is still held), take over their transactions from "
+        "their logs, and leave; exit 1 if a fenced one could not be recovered."
+        "\n\n"
+        "Exit codes: 0 nothing left to do; 1 something is pending, retried, dead or needs a "
+        "human (with --status: the log holds any of these); 2 no usable log at LOGDIR (missing, "
+        "lost, corrupt), or it is in use by a live process."
     ),
 )
 def recover(
     logdir: Annotated[
-        Path,
+        Path | None,
         typer.Argument(
             metavar="LOGDIR",
             help="The durable log's directory (what the program passed as Runtime(log=...)).",
             show_default=False,
         ),
-    ],
+    ] = None,
+    status: Annotated[
+        bool,
+        typer.Option("--status", help="Only list what the log holds; change nothing."),
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="With --status: print it as JSON."),
+    ] = False,
+    coordinator: Annotated[
+        str | None,
+        typer.Option(
+            "--coordinator",
+            metavar="URL",
+            help="Instead of one LOGDIR: take over the transactions of every dead process of "
+            "this coordinator (sqlite:///PATH or postgresql://...), from their logs.",
+            show_default=False,
+        ),
+    ] = None,
+    lease: Annotated[
+        float,
+        typer.Option("--lease", help="With --coordinator: seconds without a heartbeat after "
+                     "which a process is taken for dead (its log still held: never)."),
+    ] = 30.0,
 ) -> None:
     """Recover a durable log (see the command's help)."""
     from atomix.log import LogError
+    from atomix.log_status import read_status
     from atomix.recovery import recover as recover_log
 
+    if coordinator is not None:
+        if logdir is not None or status:
+            fail("atomix recover: --coordinator URL goes without LOGDIR and --status")
+        _recover_coordinator(coordinator, lease)
+        return
+    if logdir is None:
+        fail("atomix recover: missing LOGDIR (or --coordinator URL)")
+    if as_json and not status:
+        fail("atomix recover: --json goes with --status (recovery itself prints a report)")
+    if status:
+        try:
+            found = read_status(logdir)
+        except LogError as exc:
+            fail(f"atomix recover --status: {exc}")
+        if as_json:
+            typer.echo(json.dumps(found.data(), indent=2, sort_keys=True))
+        else:
+            for line in found.lines():
+                stdout().print(Text(line), soft_wrap=True)
+        if not found.empty:
+            raise typer.Exit(EXIT_UNFINISHED)
+        return
     try:
         report = recover_log(logdir)
     except LogError as exc:
@@ -55,10 +117,39 @@ def recover(
         raise typer.Exit(EXIT_UNFINISHED)
 
 
+def _recover_coordinator(url: str, lease: float) -> None:
+    from atomix.coordinator import CoordinatorError, recover_coordinator
+    from atomix.log import LogError
+
+    if not lease > 0:
+        fail(f"atomix recover: --lease must be > 0 seconds, got {lease}")
+    try:
+        done, left = recover_coordinator(url, lease=lease)
+    except (CoordinatorError, LogError) as exc:
+        fail(f"atomix recover --coordinator: {exc}")
+    for found in done:
+        how = "its log recovered" if found.compensated else "no log: settled without compensating"
+        stdout().print(
+            Text(f"member {found.member}: {len(found.txids)} transaction(s) settled ({how})"),
+            soft_wrap=True,
+        )
+    for member in left:
+        stdout().print(
+            Text(f"member {member.id} (pid {member.pid} on {member.host}): fenced, not recovered: "
+                 f"its log {member.log_dir} is in use or needs its program's tools"),
+            soft_wrap=True,
+        )
+    if not done and not left:
+        stdout().print(Text("no dead process to recover"))
+    if left:
+        raise typer.Exit(EXIT_UNFINISHED)
+
+
 @commands.command(
     "mcp-proxy",
+    short_help="Serve MCP, settling another server's tool calls atomically.",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    options_metavar="--policy POLICY.yaml [--log DIR] -- SERVER_COMMAND...",
+    options_metavar="--policy POLICY.yaml [--log DIR] [--coordinator URL] -- SERVER_COMMAND...",
     epilog="Example: atomix mcp-proxy --policy policy.yaml -- python my_server.py --flag",
     help=(
         "Serve MCP on stdin/stdout in front of another MCP server (the command after `--`), "
@@ -87,6 +178,16 @@ def mcp_proxy(
             show_default=False,
         ),
     ] = None,
+    coordinator: Annotated[
+        str | None,
+        typer.Option(
+            "--coordinator",
+            metavar="URL",
+            help="Share a coordinator (sqlite:///PATH or postgresql://...) with other proxies: "
+            "their tool calls isolate against each other's.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Front an MCP server with transactional tool calls (see the command's help)."""
     from atomix.integrations.mcp import PolicyError, ProxyStartError, load_policy, run_proxy
@@ -98,7 +199,7 @@ def mcp_proxy(
             "atomix mcp-proxy --policy POLICY.yaml -- SERVER_COMMAND..."
         )
     try:
-        code = run_proxy(load_policy(policy), policy, command, log_dir=log)
+        code = run_proxy(load_policy(policy), policy, command, log_dir=log, coordinator=coordinator)
     except (PolicyError, ProxyStartError) as exc:
         fail(f"atomix mcp-proxy: {exc}")
     raise typer.Exit(code)

@@ -2,7 +2,7 @@
 
 A policy gives the transaction boundary, the idle time-out, what happens when either ends a
 transaction, and a rule per upstream tool (effect class, scope templates, key, and the
-compensation of a reversible tool). `load_policy` reads and validates the file on its own;
+compensation of a reversible tool, with the upstream call that reads its before-image). `load_policy` reads and validates the file on its own;
 whether it fits the upstream server's tools is checked later, by `tools.build_tools`.
 docs/mcp-proxy.md documents the file's keys.
 """
@@ -26,6 +26,7 @@ from atomix.effects import EffectClass
 __all__ = [
     "EFFECTS",
     "READ_ONLY",
+    "BeforePolicy",
     "CompensationPolicy",
     "DefaultPolicy",
     "PolicyError",
@@ -38,7 +39,7 @@ __all__ = [
 READ_ONLY = "read-only"
 #: The effect classes a policy may name: read-only (no effect) and atomix.EffectClass's.
 EFFECTS: tuple[str, ...] = (READ_ONLY, *(c.value for c in EffectClass))
-_RESULT_FIELD = re.compile(r"result(\.[A-Za-z0-9_-]+)*")
+_RESULT_FIELD = re.compile(r"(result|before)(\.[A-Za-z0-9_-]+)*")
 
 
 class PolicyError(ValueError):
@@ -73,6 +74,15 @@ class CompensationPolicy(_Strict):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+class BeforePolicy(_Strict):
+    """The upstream call that reads a reversible call's before-image, just before the call
+    runs: `tool` with `args`, each a value or a template over the call's arguments. Its
+    result is what compensation templates read as `{before}` / `{before.FIELD}`."""
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class _Rule(_Strict):
     effect: str
     reads: list[str] = Field(default_factory=list)
@@ -94,6 +104,7 @@ class ToolPolicy(_Rule):
 
     key: str | None = None
     compensate: CompensationPolicy | None = None
+    before: BeforePolicy | None = None
 
     @field_validator("effect")
     @classmethod
@@ -132,6 +143,10 @@ class DefaultPolicy(_Rule):
     def compensate(self) -> None:
         return None
 
+    @property
+    def before(self) -> None:
+        return None
+
 
 class ProxyPolicy(_Strict):
     """A whole, validated policy file: transaction boundary, time-out, what happens at its
@@ -156,6 +171,8 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
         return ToolPolicy
     if len(loc) == 3 and loc[0] == "tools" and loc[2] == "compensate":
         return CompensationPolicy
+    if len(loc) == 3 and loc[0] == "tools" and loc[2] == "before":
+        return BeforePolicy
     return None
 
 
@@ -206,12 +223,46 @@ def _check(policy: ProxyPolicy) -> list[str]:
                 problems.append(f"{where}.writes: a read-only tool writes nothing; remove it")
             if rule.key is not None:
                 problems.append(f"{where}.key: a read-only tool has no effect to key; remove it")
+        if rule.before is not None and effect != EffectClass.REVERSIBLE.value:
+            problems.append(
+                f"{where}.before: only a reversible tool has a before-image (this one is {effect})"
+            )
         if rule.compensate is not None:
             for param, value in rule.compensate.args.items():
                 problems += [
                     f"{where}.compensate.args.{param}: {why}" for why in _template_problems(value)
                 ]
+                if rule.before is None and _names_before(value):
+                    problems.append(
+                        f"{where}.compensate.args.{param}: {value!r} reads {{before}}, but the "
+                        "rule has no `before:` (the upstream call that reads the before-image)"
+                    )
+        if rule.before is not None:
+            for param, value in rule.before.args.items():
+                problems += [f"{where}.before.args.{param}: {why}" for why in _template_problems(value)]
+                if _names_before(value) or _names_result(value):
+                    problems.append(
+                        f"{where}.before.args.{param}: {value!r}: a before-image is read before "
+                        "the call runs, from its arguments only"
+                    )
     return problems
+
+
+def _fields(value: object) -> list[str]:
+    if not isinstance(value, str):
+        return []
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(value) if f]
+    except ValueError:
+        return []
+
+
+def _names_before(value: object) -> bool:
+    return any(f == "before" or f.startswith("before.") for f in _fields(value))
+
+
+def _names_result(value: object) -> bool:
+    return any(f == "result" or f.startswith("result.") for f in _fields(value))
 
 
 def _template_problems(value: object) -> list[str]:
@@ -223,7 +274,8 @@ def _template_problems(value: object) -> list[str]:
     except ValueError as exc:
         return [f"template {value!r} is malformed: {exc}"]
     return [
-        f"template {value!r}: field {{{f}}} must name an argument or result[.FIELD...]"
+        f"template {value!r}: field {{{f}}} must name an argument or result[.FIELD...] "
+        "(or before[.FIELD...], with `before:`)"
         for f in fields
         if not (f.isidentifier() or _RESULT_FIELD.fullmatch(f))
     ]

@@ -28,8 +28,8 @@ from typing import Any, Literal
 import mcp.types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 
+from atomix.coordinator.store import CoordinatorError
 from atomix.decisions import Settlement
 from atomix.effects import AbortSource, Effect, EffectClass
 from atomix.errors import CommitIncomplete, ScopeError, TransactionAborted
@@ -49,6 +49,7 @@ from .report import (
     settle_report,
     status_reply,
 )
+from .screen import screened_stdio_server
 from .tools import (
     ABORT,
     COMMIT,
@@ -450,9 +451,11 @@ async def serve(
     command: Sequence[str],
     *,
     log_dir: str | os.PathLike[str] | None = None,
+    coordinator: str | None = None,
 ) -> None:
     """Start the upstream server, check the policy against its tools, then serve the client
-    on this process's stdin/stdout until it disconnects, and settle what is left."""
+    on this process's stdin/stdout until it disconnects, and settle what is left. With a
+    `coordinator` URL, proxies on it isolate their calls against each other's."""
     params = StdioServerParameters(command=command[0], args=list(command[1:]), env=dict(os.environ))
     started = False
     try:
@@ -470,9 +473,13 @@ async def serve(
             try:
                 # Recovery waits until the tools exist: what a dead proxy left is finished or
                 # compensated through the upstream server (see TransactionalProxy.recover).
-                runtime = Runtime(apply_attempts=1, strict=True, log=log_dir, recover=False)
+                runtime = Runtime(
+                    apply_attempts=1, strict=True, log=log_dir, recover=False, coordinator=coordinator
+                )
             except LogError as exc:
                 raise ProxyStartError(f"--log {log_dir}: {exc}") from exc
+            except CoordinatorError as exc:
+                raise ProxyStartError(f"--coordinator: {exc}") from exc
             proxy = TransactionalProxy(
                 policy,
                 policy_path,
@@ -490,7 +497,8 @@ async def serve(
             watcher = asyncio.ensure_future(proxy.watch_idle())
             server = proxy.server()
             try:
-                async with stdio_server() as (client_read, client_write):
+                # Screened: a line that is no JSON-RPC message is answered with its error.
+                async with screened_stdio_server() as (client_read, client_write):
                     await server.run(client_read, client_write, server.create_initialization_options())
                 await proxy.end_session()
             finally:
@@ -513,10 +521,11 @@ def run_proxy(
     command: Sequence[str],
     *,
     log_dir: str | os.PathLike[str] | None = None,
+    coordinator: str | None = None,
 ) -> int:
     """Run the proxy until the client disconnects; 0 on a clean end. PolicyError (the policy
     does not fit the upstream tools) and ProxyStartError propagate."""
     if not command:
         raise ProxyStartError("no upstream server command (put it after `--`)")
-    asyncio.run(serve(policy, policy_path, command, log_dir=log_dir))
+    asyncio.run(serve(policy, policy_path, command, log_dir=log_dir, coordinator=coordinator))
     return 0

@@ -198,7 +198,10 @@ def _compensation_problems(entry: ProxiedTool, by_name: Mapping[str, types.Tool]
             )
         if isinstance(value, str):
             for _, name, _, _ in string.Formatter().parse(value):
-                if name and name.isidentifier() and name != "result" and name not in entry.params:
+                if (
+                    name and name.isidentifier() and name not in ("result", "before")
+                    and name not in entry.params
+                ):
                     problems.append(
                         f"{where}.args.{param}: template {value!r} names {{{name}}}, which is "
                         f"not an argument of {entry.name!r} (it has: "
@@ -207,7 +210,39 @@ def _compensation_problems(entry: ProxiedTool, by_name: Mapping[str, types.Tool]
     missing = [a for a in schema.get("required") or [] if a not in comp.args]
     if missing:
         problems.append(f"{where}.args: {comp.tool!r} requires {', '.join(map(repr, missing))}")
+    before = entry.rule.before
+    if before is not None:
+        reader = by_name.get(before.tool)
+        here = f"{entry.rule_key}.before"
+        if reader is None:
+            problems.append(
+                f"{here}.tool: the upstream server has no tool {before.tool!r}"
+                f"{did_you_mean(before.tool, by_name)}; it has: {', '.join(sorted(by_name))}"
+            )
+        else:
+            props = (reader.input_schema or {}).get("properties")
+            for param, value in before.args.items():
+                if props is not None and param not in props:
+                    problems.append(
+                        f"{here}.args.{param}: {before.tool!r} has no argument {param!r}"
+                        f"{did_you_mean(param, props)}; it has: {', '.join(sorted(props))}"
+                    )
+                for name in _fields(value):
+                    if name.isidentifier() and name not in entry.params:
+                        problems.append(
+                            f"{here}.args.{param}: template {value!r} names {{{name}}}, which is "
+                            f"not an argument of {entry.name!r}"
+                        )
+            needed = [a for a in (reader.input_schema or {}).get("required") or [] if a not in before.args]
+            if needed:
+                problems.append(f"{here}.args: {before.tool!r} requires {', '.join(map(repr, needed))}")
     return problems
+
+
+def _fields(value: Any) -> list[str]:
+    if not isinstance(value, str):
+        return []
+    return [f for _, f, _, _ in string.Formatter().parse(value) if f]
 
 
 # --------------------------------------------------------------------------- runtime tools
@@ -221,11 +256,15 @@ class _ToolMetadata(TypedDict):
     writes: list[str] | None
     key: str | None
     compensate: Callable[[Call], Any] | None
+    before: Callable[..., Any] | None
     name: str
 
 
 def _tool_metadata(
-    entry: ProxiedTool, forward: Callable[..., Any], compensate: Callable[[Call], Any]
+    entry: ProxiedTool,
+    forward: Callable[..., Any],
+    compensate: Callable[[Call], Any],
+    before: Callable[..., Any] | None = None,
 ) -> _ToolMetadata:
     """What `rt.tool` (or `define_tool`) needs for one upstream tool. `forward` gets the
     signature of the tool's arguments (keyword-only, by template name; an optional one
@@ -254,6 +293,7 @@ def _tool_metadata(
         "writes": writes or None,
         "key": entry.rule.key,
         "compensate": compensate if entry.rule.compensate is not None else None,
+        "before": before if entry.rule.before is not None else None,
         "name": entry.name,
     }
 
@@ -274,8 +314,11 @@ def definition_problems(entry: ProxiedTool) -> list[str]:
     async def compensate(call: Call) -> None:
         return None
 
+    async def before(**kwargs: Any) -> None:
+        return None
+
     try:
-        define_tool(forward, **_tool_metadata(entry, forward, compensate))
+        define_tool(forward, **_tool_metadata(entry, forward, compensate, before))
     except ToolDefinitionError as exc:
         why = str(exc).removeprefix(f"tool {exc.tool!r}: field {exc.field!r}: ")
         where = f"{entry.rule_key}.{exc.field}"
@@ -329,8 +372,20 @@ class UpstreamShims:
         async def compensate(call: Call) -> None:
             await self._main_loop(self._compensate(entry, call))
 
-        shim: Shim = rt.tool(forward, **_tool_metadata(entry, forward, compensate))
+        async def before(**kwargs: Any) -> Any:
+            return await self._main_loop(self._before(entry, kwargs))
+
+        shim: Shim = rt.tool(forward, **_tool_metadata(entry, forward, compensate, before))
         return shim
+
+    async def _before(self, entry: ProxiedTool, kwargs: dict[str, Any]) -> Any:
+        """The before-image: the policy's `before` call's result as the wire's JSON (None if
+        the server answered it with an error, e.g. there was nothing there yet)."""
+        rule = entry.rule.before
+        assert rule is not None
+        args = {p: render(v, kwargs, None) for p, v in rule.args.items()}
+        result = await self.upstream.call_tool(rule.tool, args)
+        return None if result.is_error else _wire(result)
 
     async def _main_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the proxy's event loop, which owns the upstream session. Recovery
@@ -359,7 +414,7 @@ class UpstreamShims:
             return  # the server said the call failed: nothing to undo
         comp = entry.rule.compensate
         assert comp is not None
-        args = {p: render(v, call.args, call.result) for p, v in comp.args.items()}
+        args = {p: render(v, call.args, call.result, call.before) for p, v in comp.args.items()}
         result = await self.upstream.call_tool(comp.tool, args)
         if result.is_error:
             raise UpstreamToolError(comp.tool, result)
@@ -368,33 +423,40 @@ class UpstreamShims:
 # --------------------------------------------------------------------------- compensations
 
 
-def render(template: Any, args: Mapping[str, Any], result: Any) -> Any:
+def render(template: Any, args: Mapping[str, Any], result: Any, before: Any = None) -> Any:
     """One compensation argument: a non-string as it is; a template that is exactly one
-    field gives that value with its own type; otherwise the fields' text is substituted."""
+    field gives that value with its own type; otherwise the fields' text is substituted.
+    `{result...}` reads the call's result, `{before...}` its before-image."""
     if not isinstance(template, str):
         return template
     parsed = list(string.Formatter().parse(template))
     if len(parsed) == 1 and parsed[0][0] == "" and parsed[0][1] and not parsed[0][2]:
-        return _lookup(parsed[0][1], args, result)
+        return _lookup(parsed[0][1], args, result, before)
     out = []
     for literal, name, spec, conversion in parsed:
         out.append(literal)
         if name is not None:
-            value = _lookup(name, args, result)
+            value = _lookup(name, args, result, before)
             out.append(format(repr(value) if conversion == "r" else value, spec or ""))
     return "".join(out)
 
 
-def _lookup(name: str, args: Mapping[str, Any], result: Any) -> Any:
-    if name == "result" or name.startswith("result."):
-        value = _result_data(result)
+def _lookup(name: str, args: Mapping[str, Any], result: Any, before: Any = None) -> Any:
+    head = name.split(".")[0]
+    if head in ("result", "before"):
+        if head == "before" and before is None:
+            raise LookupError(
+                "{before}: there is no before-image (the `before` call failed or answered an error)"
+            )
+        value = _result_data(result if head == "result" else before)
         for part in name.split(".")[1:]:
             if isinstance(value, Mapping) and part in value:
                 value = value[part]
             elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
                 value = value[int(part)]
             else:
-                raise LookupError(f"{{{name}}}: the original call's result has no {part!r}")
+                what = "result" if head == "result" else "before-image"
+                raise LookupError(f"{{{name}}}: the original call's {what} has no {part!r}")
         return value
     return args[name]
 
