@@ -359,7 +359,7 @@ def paired_compare(
             f"mode(s) {missing} have no trials in this run{did_you_mean(missing[0], present)}; "
             f"it has: {present}"
         )
-    metrics = sorted({k for r in records for k in r.get("metrics", {})})
+    metrics = sorted(set().union(*(r.get("metrics", {}) for r in records)))
     if metric not in metrics:
         raise ValueError(
             f"unknown metric {metric!r}{did_you_mean(metric, metrics)}; "

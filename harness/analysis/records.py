@@ -13,10 +13,13 @@ table and plot uses.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+import operator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -29,14 +32,19 @@ __all__ = [
     "METRIC_BOUNDS",
     "REQUIRES",
     "REQUIRES_TEXT",
+    "is_requirement",
+    "requirement_text",
     "X_COLUMNS",
     "exercised_counts",
+    "exercised_counts_by",
     "exercised_frame",
+    "exercised_records_frame",
     "format_value",
     "is_bool",
     "is_exercised",
     "metric_bounds",
     "normalize",
+    "normalized",
     "records_frame",
     "value_sort_key",
 ]
@@ -65,7 +73,25 @@ REQUIRES: tuple[str, ...] = (
     "sends",
     "none",
 )
+_K = TypeVar("_K")
 _REQUIRES_COUNT = {"faults": "faults_total", **{c: f"faults_{c}" for c in FAULT_CLASSES}}
+#: A requirement on a workload's own count: ``metric:NAME`` holds when the cell's trials sum
+#: metric NAME above 0 (e.g. ``metric:certificates_sent`` for a leak that needs a certificate).
+METRIC_REQUIREMENT = "metric:"
+
+
+def is_requirement(requires: str | None) -> bool:
+    """Whether `requires` names a known requirement (None: the default rule)."""
+    if requires is None or requires in REQUIRES:
+        return True
+    return requires.startswith(METRIC_REQUIREMENT) and len(requires) > len(METRIC_REQUIREMENT)
+
+
+def requirement_text(requires: str | None) -> str:
+    """What did not occur in a cell that was not exercised under `requires`."""
+    if requires is not None and requires.startswith(METRIC_REQUIREMENT):
+        return f"{requires[len(METRIC_REQUIREMENT):]} was 0 in every trial of the cell"
+    return REQUIRES_TEXT[requires]
 #: What did not occur in a cell that was not exercised, per requirement (None: the default).
 REQUIRES_TEXT: dict[str | None, str] = {
     None: "the cell injects faults but none was injected in its trials",
@@ -154,6 +180,20 @@ def normalize(v: Any) -> Any:
     if isinstance(v, float) and math.isnan(v):
         return None
     return v
+
+
+def normalized(column: pd.Series) -> list[Any]:
+    """``[normalize(v) for v in column.tolist()]``, without a call per value where the dtype
+    says what ``tolist`` gives (ints and bools as they are, floats with NaN as None)."""
+    values = column.tolist()
+    dtype = column.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "iub":
+        return values  # Python ints and bools, never missing
+    if isinstance(dtype, np.dtype) and dtype.kind == "f":
+        return [None if v != v else v for v in values]  # NaN is the one float unequal to itself
+    if isinstance(dtype, pd.StringDtype) and not column.hasnans:
+        return values  # Python strings, none missing
+    return [normalize(v) for v in values]
 
 
 def value_sort_key(v: Any) -> tuple[int, Any]:
@@ -250,6 +290,164 @@ def _unjudged(rec: Mapping[str, Any]) -> str | None:
     return ",".join(sorted(k for k, v in components.items() if isinstance(v, str)))
 
 
+def _columns(
+    rows: Sequence[Mapping[str, Any]], keys: Sequence[Any], missing: Any
+) -> list[list[Any]]:
+    """For each of ``keys``, ``row[key]`` of every row (``missing`` where a row lacks it)."""
+    out = []
+    for key in keys:
+        try:
+            # The usual case, every row has the key: one C-level pass that allocates
+            # nothing per row.
+            out.append(list(map(operator.itemgetter(key), rows)))
+        except KeyError:
+            out.append([row.get(key, missing) for row in rows])
+    return out
+
+
+def _exercised_data(recs: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """``_exercised_columns`` of every record, as one list per ``X_COLUMNS`` column."""
+    given = [rec.get("exercised") for rec in recs]
+    exs = [ex for ex in given if type(ex) is dict]
+    if len(exs) < len(given):
+        rows = [_exercised_columns(rec) for rec in recs]
+        return {col: [row[col] for row in rows] for col in X_COLUMNS}
+    # Records that say what they exercised (all but the oldest): ``_exercised_columns``
+    # column by column.
+    out: dict[str, list[Any]] = {}
+    per_class = [ex.get("faults") or {} for ex in exs]
+    for c, values in zip(FAULT_CLASSES, _columns(per_class, FAULT_CLASSES, 0), strict=True):
+        out[f"x.faults_{c}"] = list(map(int, values))
+    rest = EXERCISED_COUNTS[len(FAULT_CLASSES) :]
+    names = (*rest, "fault_classes", "faults_armed")
+    values_of = dict(zip(names, _columns(exs, names, None), strict=True))
+    for name in rest:
+        out[f"x.{name}"] = _or_none(int, values_of[name])
+    out["x.fault_classes"] = _or_none(lambda v: ",".join(map(str, v)), values_of["fault_classes"])
+    out["x.faults_armed"] = _or_none(bool, values_of["faults_armed"])
+    return out
+
+
+def _or_none(convert: Any, values: list[Any]) -> list[Any]:
+    """``[None if v is None else convert(v) for v in values]``."""
+    if not any(v is None for v in values):
+        return list(map(convert, values))
+    return [None if v is None else convert(v) for v in values]
+
+
+def _budget_data(recs: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """``_budget_columns`` of every record, as one list per ``B_COLUMNS`` column."""
+    # A run holds a handful of distinct budgets (one per mode and cell): spell each once.
+    # repr tells JSON values apart by type and key order, so equal reprs spell alike.
+    memo: dict[str, tuple[Any, ...]] = {}
+    none = (None,) * len(B_COLUMNS)
+    rows: list[tuple[Any, ...]] = []
+    for rec in recs:
+        budget = rec.get("budget")
+        if not isinstance(budget, Mapping):
+            rows.append(none)
+            continue
+        token = repr(budget)
+        texts = memo.get(token)
+        if texts is None:
+            cols = _budget_columns(rec)
+            texts = memo[token] = tuple(cols[c] for c in B_COLUMNS)
+        rows.append(texts)
+    columns = zip(*rows, strict=True)
+    return {col: list(values) for col, values in zip(B_COLUMNS, columns, strict=True)}
+
+
+def _checked(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The records as a list, each a mapping with a mode and metrics, no key twice."""
+    out: list[Mapping[str, Any]] = []
+    seen: dict[Any, int] = {}
+    for i, rec in enumerate(records):
+        if not isinstance(rec, Mapping):
+            raise TypeError(f"record {i} is {type(rec).__name__}, not a mapping")
+        if "mode" not in rec or "metrics" not in rec:
+            missing = [f for f in ("mode", "metrics") if f not in rec]
+            raise ValueError(f"record {i} lacks {', '.join(missing)}")
+        key = rec.get("key")
+        if key is not None:
+            if key in seen:
+                raise ValueError(
+                    f"duplicate trial key {key!r} in records {seen[key]} and {i}: "
+                    "a repeated trial would inflate N"
+                )
+            seen[key] = i
+        out.append(rec)
+    return out
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block (as it was, after).
+
+    Building a frame from a run's records allocates tens of thousands of short-lived
+    containers; a collection they trigger walks every object alive, the records themselves
+    included, and can cost more than the building. Nothing built here forms a cycle, so
+    the collector has nothing to find in the meantime."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _frame(
+    recs: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None, full: bool
+) -> pd.DataFrame:
+    with _collector_paused():
+        return _build_frame(recs, metrics, full)
+
+
+def _build_frame(
+    recs: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None, full: bool
+) -> pd.DataFrame:
+    # Built column by column (a list per column): a dict per row costs several times more
+    # on a run of tens of thousands of trials. A value a record lacks is NaN, as pandas
+    # fills a missing key of a row dict, so every column (values and inferred dtype) is the
+    # one a list of row dicts gives.
+    nan = math.nan
+    cells = [rec.get("cell") or {} for rec in recs]
+    cell_ids: list[str] = []
+    for rec, cell in zip(recs, cells, strict=True):
+        cid = rec.get("cell_id")
+        if cid is None:
+            cid = ", ".join(f"{k}={format_value(_hashable(cell[k]))}" for k in sorted(cell))
+        cell_ids.append(str(cid))
+    data: dict[str, list[Any]] = {"mode": [str(rec["mode"]) for rec in recs], "cell_id": cell_ids}
+    if full:
+        data = {
+            "key": [rec.get("key") for rec in recs],
+            **data,
+            "trial": [rec.get("trial") for rec in recs],
+            "seed": [rec.get("seed") for rec in recs],
+        }
+        names = sorted((f"cell.{k}", k) for k in set().union(*cells))
+        values = _columns(cells, [k for _, k in names], nan)
+        for (name, _), column in zip(names, values, strict=True):
+            data[name] = [_hashable(v) for v in column]
+    rec_metrics = [rec["metrics"] for rec in recs]
+    if metrics is None:
+        names = sorted((f"m.{k}", k) for k in set().union(*rec_metrics))
+    else:
+        names = sorted({(f"m.{k}", k) for k in metrics if any(k in m for m in rec_metrics)})
+    values = _columns(rec_metrics, [k for _, k in names], nan)
+    data.update(zip((name for name, _ in names), values, strict=True))
+    data.update(_exercised_data(recs))
+    if full:
+        data.update(_budget_data(recs))
+        data[UNJUDGED_COLUMN] = [_unjudged(rec) for rec in recs]
+    df = pd.DataFrame(data)
+    if not full:
+        return df
+    df = df.sort_values(["mode", "cell_id", "trial", "key"], kind="mergesort", na_position="last")
+    return df.reset_index(drop=True)
+
+
 def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per trial record.
 
@@ -262,50 +460,24 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     bool. Rows are sorted by (mode, cell_id, trial, key). A repeated ``key`` raises
     ValueError, because a trial counted twice would silently inflate N.
     """
-    rows: list[dict[str, Any]] = []
-    seen: dict[Any, int] = {}
-    for i, rec in enumerate(records):
-        if not isinstance(rec, Mapping):
-            raise TypeError(f"record {i} is {type(rec).__name__}, not a mapping")
-        missing = [f for f in ("mode", "metrics") if f not in rec]
-        if missing:
-            raise ValueError(f"record {i} lacks {', '.join(missing)}")
-        cell = rec.get("cell") or {}
-        cell_id = rec.get("cell_id")
-        if cell_id is None:
-            cell_id = ", ".join(f"{k}={format_value(_hashable(cell[k]))}" for k in sorted(cell))
-        row: dict[str, Any] = {
-            "key": rec.get("key"),
-            "mode": str(rec["mode"]),
-            "cell_id": str(cell_id),
-            "trial": rec.get("trial"),
-            "seed": rec.get("seed"),
-        }
-        row.update({f"cell.{k}": _hashable(v) for k, v in cell.items()})
-        row.update({f"m.{k}": v for k, v in rec["metrics"].items()})
-        row.update(_exercised_columns(rec))
-        row.update(_budget_columns(rec))
-        row[UNJUDGED_COLUMN] = _unjudged(rec)
-        key = row["key"]
-        if key is not None:
-            if key in seen:
-                raise ValueError(
-                    f"duplicate trial key {key!r} in records {seen[key]} and {i}: "
-                    "a repeated trial would inflate N"
-                )
-            seen[key] = i
-        rows.append(row)
-    cell_cols = sorted({c for r in rows for c in r if c.startswith("cell.")})
-    metric_cols = sorted({c for r in rows for c in r if c.startswith("m.")})
-    df = pd.DataFrame(
-        rows,
-        columns=[*BASE_COLUMNS, *cell_cols, *metric_cols, *X_COLUMNS, *B_COLUMNS, UNJUDGED_COLUMN],
-    )
-    if not df.empty:
-        df = df.sort_values(
-            ["mode", "cell_id", "trial", "key"], kind="mergesort", na_position="last"
-        )
-    return df.reset_index(drop=True)
+    recs = _checked(records)
+    if not recs:
+        columns = [*BASE_COLUMNS, *X_COLUMNS, *B_COLUMNS, UNJUDGED_COLUMN]
+        return pd.DataFrame([], columns=columns).reset_index(drop=True)
+    return _frame(recs, None, full=True)
+
+
+def exercised_records_frame(
+    records: Iterable[Mapping[str, Any]], metrics: Sequence[str] = ()
+) -> pd.DataFrame:
+    """What ``exercised_counts_by`` reads of ``records_frame(records)``, for less work:
+    ``mode``, ``cell_id``, the ``m.<metric>`` columns of ``metrics`` that some record has,
+    and ``X_COLUMNS``, one row per record in the records' order (not sorted). Each column
+    holds the values and dtype it has in ``records_frame``; the same records are refused."""
+    recs = _checked(records)
+    if not recs:
+        return pd.DataFrame([], columns=["mode", "cell_id", *X_COLUMNS])
+    return _frame(recs, list(metrics), full=False)
 
 
 # --------------------------------------------------------------------------- exercised
@@ -317,17 +489,93 @@ def _sum_known(values: Iterable[Any]) -> int | None:
     return sum(known) if known else None
 
 
-def exercised_counts(df: pd.DataFrame, index: Sequence[int] | None = None) -> dict[str, Any]:
+def exercised_counts(
+    df: pd.DataFrame, index: Sequence[int] | None = None, requires: str | None = None
+) -> dict[str, Any]:
     """Summed ``EXERCISED_COUNTS`` (None: unknown) over rows ``index`` of a records frame,
-    plus ``faults_armed``: True when every one of those trials was set to inject faults."""
-    sub = df if index is None else df.iloc[list(index)]
-    out: dict[str, Any] = {}
-    for name in EXERCISED_COUNTS:
-        col = f"x.{name}"
-        out[name] = _sum_known(sub[col].tolist()) if col in sub.columns else None
-    armed = sub["x.faults_armed"].tolist() if "x.faults_armed" in sub.columns else []
-    out["faults_armed"] = bool(armed) and all(normalize(a) is True for a in armed)
+    plus ``faults_armed``: True when every one of those trials was set to inject faults; for
+    a ``metric:NAME`` requirement, also the sum of that metric under the requirement's name."""
+    rows = range(len(df)) if index is None else index
+    return exercised_counts_by(df, {None: rows}, requires)[None]
+
+
+def exercised_counts_by(
+    df: pd.DataFrame, groups: Mapping[_K, Sequence[int]], requires: str | None = None
+) -> dict[_K, dict[str, Any]]:
+    """``exercised_counts(df, index, requires)`` for every ``key: index`` of ``groups`` (row
+    positions of ``df``), each column read once for all groups, so a table's cells (or a
+    run's mode x cell pairs) cost one pass over the frame, not one per cell."""
+    keys = list(groups)
+    sizes = np.fromiter((len(groups[k]) for k in keys), dtype=np.intp, count=len(keys))
+    total = int(sizes.sum())
+    rows = np.fromiter((int(i) for k in keys for i in groups[k]), dtype=np.intp, count=total)
+    owner = np.repeat(np.arange(len(keys), dtype=np.intp), sizes)
+    columns = [(name, f"x.{name}") for name in EXERCISED_COUNTS]
+    if requires is not None and requires.startswith(METRIC_REQUIREMENT):
+        columns.append((requires, f"m.{requires[len(METRIC_REQUIREMENT) :]}"))
+    sums: dict[str, list[int | None]] = {}
+    for name, col in columns:
+        if col in df.columns:
+            sums[name] = _group_sums(df[col], groups, keys, rows, owner)
+        else:
+            sums[name] = [None] * len(keys)
+    armed = [False] * len(keys)
+    if "x.faults_armed" in df.columns:
+        flags = df["x.faults_armed"]
+        values = flags.to_numpy()
+        if values.dtype.kind == "b":
+            is_true = values.astype(bool)
+        else:
+            is_true = np.array([normalize(a) is True for a in flags.tolist()], dtype=bool)
+        n_true = np.bincount(owner, weights=is_true[rows], minlength=len(keys))
+        pairs = zip(sizes.tolist(), n_true.tolist(), strict=True)
+        armed = [bool(size > 0 and true == size) for size, true in pairs]
+    out: dict[_K, dict[str, Any]] = {}
+    for g, key in enumerate(keys):
+        counts: dict[str, Any] = {name: sums[name][g] for name in EXERCISED_COUNTS}
+        counts["faults_armed"] = armed[g]
+        if len(columns) > len(EXERCISED_COUNTS):
+            counts[columns[-1][0]] = sums[columns[-1][0]][g]
+        out[key] = counts
     return out
+
+
+def _group_sums(
+    col: pd.Series,
+    groups: Mapping[_K, Sequence[int]],
+    keys: list[_K],
+    rows: np.ndarray,
+    owner: np.ndarray,
+) -> list[int | None]:
+    """``_sum_known`` of ``col`` over each group's rows (``rows``, owned by group ``owner``)."""
+    values = col.to_numpy()
+    kind = values.dtype.kind
+    ints: np.ndarray | None = None
+    known: np.ndarray | None = None
+    if kind == "b":
+        ints = values.astype(np.int64)
+    elif kind == "i" and values.size:
+        # int64 sums are exact unless a column of huge counts could overflow them.
+        if max(abs(int(values.min())), abs(int(values.max()))) * values.size < 2**62:
+            ints = values.astype(np.int64)
+    elif kind == "f" and values.size:
+        known = ~np.isnan(values)
+        whole = np.trunc(np.where(known, values, 0.0))  # int(v) truncates toward zero
+        # Exact as int64 only for finite values well inside float precision.
+        if np.isfinite(whole).all() and float(np.abs(whole).max()) * values.size < 2**53:
+            ints = whole.astype(np.int64)
+    if ints is None:
+        # Anything else (objects, strings, unsigned, huge values): Python's own reading.
+        items = col.tolist()
+        return [_sum_known([items[int(i)] for i in groups[k]]) for k in keys]
+    n = len(keys)
+    sums = np.zeros(n, dtype=np.int64)
+    np.add.at(sums, owner, ints[rows])
+    if known is None:
+        n_known = np.bincount(owner, minlength=n)
+    else:
+        n_known = np.bincount(owner, weights=known[rows], minlength=n)
+    return [int(s) if k else None for s, k in zip(sums.tolist(), n_known.tolist(), strict=True)]
 
 
 def is_exercised(counts: Mapping[str, Any], requires: str | None = None) -> bool:
@@ -337,8 +585,10 @@ def is_exercised(counts: Mapping[str, Any], requires: str | None = None) -> bool
     (nonzero rate, or bursty arrival) must have had at least one injected; a fault-free
     cell (rate 0, e.g. a calibration column) is a result as it is. "faults": at least one
     fault injected (so a rate-0 cell is n/a too); "F1".."F5": one of that class; "aborts",
-    "compensations", "irreversible_calls", "sends": at least one occurred; "none": always a
-    result. A count the records do not hold (older records) never makes a cell n/a.
+    "compensations", "irreversible_calls", "sends": at least one occurred; "metric:NAME":
+    the cell's trials summed metric NAME above 0 (``counts`` from ``exercised_counts`` with
+    that requirement); "none": always a result. A count the records do not hold (older
+    records) never makes a cell n/a.
     """
     if requires == "none":
         return True
@@ -347,9 +597,10 @@ def is_exercised(counts: Mapping[str, Any], requires: str | None = None) -> bool
             return True
         name = "faults_total"
     else:
-        if requires not in REQUIRES:
+        if not is_requirement(requires):
             raise ValueError(
-                f"requires: unknown requirement {requires!r}; allowed: {', '.join(REQUIRES)}"
+                f"requires: unknown requirement {requires!r}; allowed: {', '.join(REQUIRES)}, "
+                "or metric:NAME"
             )
         name = _REQUIRES_COUNT.get(requires, requires)
     value = counts.get(name)
@@ -377,16 +628,18 @@ def exercised_frame(
 
     modes = order((m for m, _ in positions), mode_order)
     cells = order((c for _, c in positions), cell_order)
+    counts_by = exercised_counts_by(df, positions)
+    all_classes = [normalize(v) for v in df.get("x.fault_classes", pd.Series(dtype=object))]
+    all_armed = [normalize(v) for v in df.get("x.faults_armed", pd.Series(dtype=object))]
     rows: list[dict[str, Any]] = []
     for m in modes:
         for c in cells:
             index = positions.get((m, c))
             if not index:
                 continue
-            sub = df.iloc[index]
-            counts = exercised_counts(df, index)
-            classes = [normalize(v) for v in sub.get("x.fault_classes", pd.Series(dtype=object))]
-            armed = [normalize(v) for v in sub.get("x.faults_armed", pd.Series(dtype=object))]
+            counts = counts_by[(m, c)]
+            classes = [all_classes[i] for i in index] if all_classes else []
+            armed = [all_armed[i] for i in index] if all_armed else []
             known_classes = sorted({v for v in classes if v is not None})
             rows.append(
                 {

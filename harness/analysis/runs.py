@@ -22,7 +22,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.records import exercised_counts, format_value, is_exercised, records_frame
+from harness.analysis.records import (
+    METRIC_REQUIREMENT,
+    exercised_counts_by,
+    exercised_records_frame,
+    format_value,
+    is_exercised,
+    records_frame,
+)
 from harness.analysis.render import EXERCISED_NAME, write_exercised, write_table
 from harness.analysis.report import PlotSpec, draw_plot
 from harness.analysis.table import Table, TableSpec, build_table
@@ -424,11 +431,18 @@ def exercised_by_cell(
     records: Sequence[Mapping[str, Any]], modes: Sequence[str], requires: str | None
 ) -> dict[tuple[str, str], bool]:
     """(cell_id, mode) -> did its trials exercise `requires` (see `is_exercised`)."""
-    df = records_frame([r for r in records if r["mode"] in modes])
+    # Only the columns the counts read: the whole frame would cost several times more.
+    metric = ""
+    if requires is not None and requires.startswith(METRIC_REQUIREMENT):
+        metric = requires[len(METRIC_REQUIREMENT) :]
+    df = exercised_records_frame(
+        [r for r in records if r["mode"] in modes], [metric] if metric else ()
+    )
     positions: dict[tuple[str, str], list[int]] = {}
     for i, (c, m) in enumerate(zip(df["cell_id"].tolist(), df["mode"].tolist(), strict=True)):
         positions.setdefault((str(c), str(m)), []).append(i)
-    return {key: is_exercised(exercised_counts(df, idx), requires) for key, idx in positions.items()}
+    counts = exercised_counts_by(df, positions, requires)
+    return {key: is_exercised(c, requires) for key, c in counts.items()}
 
 
 def _cell_order(config: ExperimentConfig, present: Iterable[str]) -> list[str]:

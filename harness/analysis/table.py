@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,14 +24,16 @@ import pandas as pd
 from harness.analysis.records import (
     EXERCISED_COUNTS,
     REQUIRES,
-    REQUIRES_TEXT,
     UNJUDGED_COLUMN,
-    exercised_counts,
+    exercised_counts_by,
     format_value,
     is_bool,
     is_exercised,
+    is_requirement,
     metric_bounds,
     normalize,
+    normalized,
+    requirement_text,
     value_sort_key,
 )
 from harness.analysis.stats import (
@@ -99,9 +102,9 @@ class TableSpec:
             raise ValueError(f"{self.rows!r} cannot be both the rows and a column")
         if len(set(self.columns)) != len(self.columns):
             raise ValueError(f"repeated column parameter in {self.columns!r}")
-        if self.requires is not None and self.requires not in REQUIRES:
+        if not is_requirement(self.requires):
             raise ValueError(
-                f"requires: unknown requirement {self.requires!r}; allowed: {', '.join(REQUIRES)}"
+                f"requires: unknown requirement {self.requires!r}; allowed: {', '.join(REQUIRES)}, or metric:NAME"
             )
 
 
@@ -166,7 +169,7 @@ class Table:
         """What an ``n/a (not exercised)`` cell means, or "" when the table has none."""
         if not self.not_exercised:
             return ""
-        return f" {NOT_EXERCISED_TEXT}: {REQUIRES_TEXT[self.spec.requires]}; no rate is claimed."
+        return f" {NOT_EXERCISED_TEXT}: {requirement_text(self.spec.requires)}; no rate is claimed."
 
     @property
     def footer(self) -> str:
@@ -184,7 +187,7 @@ class Table:
         # Plots have room for about two lines; the full per-cell N is in the CSV.
         note = f"{_n_text(self, max_chars=160)}; {_method_text(self, plot=True)}"
         if self.not_exercised:
-            note += f" Cells not exercised ({REQUIRES_TEXT[self.spec.requires]}) are not drawn."
+            note += f" Cells not exercised ({requirement_text(self.spec.requires)}) are not drawn."
         if self.overrides:
             note += f" {self.overrides}"
         return note
@@ -309,13 +312,13 @@ def _with_facets(df: pd.DataFrame, spec: TableSpec, row_col: str) -> TableSpec:
         (p for p in params if p not in spec.columns and f"cell.{p}" != row_col),
         key=lambda p: (rank.get(p, len(rank)), p),
     )
+    if not candidates:
+        return spec  # every cell parameter is a column already
     ids = [str(v) for v in df["cell_id"].tolist()]
-    rows = [normalize(v) for v in df[row_col].tolist()]
+    rows = normalized(df[row_col])
 
     def groups(columns: list[str]) -> list[tuple[Any, ...]]:
-        cols = [
-            [normalize(v) for v in df[_resolve(df, p, prefer_cell=True)].tolist()] for p in columns
-        ]
+        cols = [normalized(df[_resolve(df, p, prefer_cell=True)]) for p in columns]
         return [(rows[i], *(c[i] for c in cols)) for i in range(len(ids))]
 
     extra: list[str] = []
@@ -356,12 +359,12 @@ def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
     spec = _with_facets(df, spec, row_col)
     col_cols = [_resolve(df, p, prefer_cell=True) for p in spec.columns]
 
-    row_vals = [normalize(v) for v in df[row_col].tolist()]
+    row_vals = normalized(df[row_col])
     if col_cols:
-        combos = list(zip(*[[normalize(v) for v in df[c].tolist()] for c in col_cols], strict=True))
+        combos = list(zip(*[normalized(df[c]) for c in col_cols], strict=True))
     else:
         combos = [()] * len(df)
-    metric_vals = [normalize(v) for v in df[metric_col].tolist()]
+    metric_vals = normalized(df[metric_col])
     present = [v for v in metric_vals if v is not None]
     # Decide bool-ness per table, not per cell, so every cell uses the same interval method.
     bool_metric = bool(present) and all(is_bool(v) for v in present)
@@ -393,14 +396,17 @@ def build_table(df: pd.DataFrame, spec: TableSpec) -> Table:
 
     row_labels = [format_value(r) for r in row_keys]
     col_labels = [col_label(c) for c in col_keys]
+    # Every cell's exercised counts in one pass over the frame.
+    grid = {(r, c): members.get((r, c), []) for r in row_keys for c in col_keys}
+    counts_by = exercised_counts_by(df, grid, spec.requires)
     long_rows: list[dict[str, Any]] = []
     matrix: list[list[str]] = []
     for r, r_label in zip(row_keys, row_labels, strict=True):
         texts: list[str] = []
         for c, c_label in zip(col_keys, col_labels, strict=True):
             cell = _cell(spec, groups.get((r, c), []), bool_metric)
-            index = members.get((r, c), [])
-            counts = exercised_counts(df, index)
+            index = grid[(r, c)]
+            counts = counts_by[(r, c)]
             exercised = bool(index) and is_exercised(counts, spec.requires)
             if cell["n"] == 0:
                 cell["text"] = NA_TEXT
@@ -460,9 +466,10 @@ def unjudged_caption(df: pd.DataFrame, metric: str) -> str:
     if metric not in ("clean", "reward") or UNJUDGED_COLUMN not in df.columns:
         return ""
     counts: dict[str, int] = {}
-    for value in df[UNJUDGED_COLUMN].dropna().tolist():
-        for name in filter(None, str(value).split(",")):
-            counts[name] = counts.get(name, 0) + 1
+    # Each distinct value once, with how many trials hold it: a run repeats a few values.
+    for value, times in Counter(map(str, df[UNJUDGED_COLUMN].dropna().tolist())).items():
+        for name in filter(None, value.split(",")):
+            counts[name] = counts.get(name, 0) + times
     if not counts:
         return ""
     parts = ", ".join(f"{name} in {n:,} of {len(df):,} trials" for name, n in sorted(counts.items()))
@@ -478,13 +485,16 @@ def budget_caption(df: pd.DataFrame, mode_order: tuple[str, ...] | list[str] = (
     each budget. "" when no record says its budget."""
     if "b.mode" not in df.columns:
         return ""
-    known = df[df["b.mode"].notna()]
-    if known.empty:
+    said = df["b.mode"].notna()
+    if not said.any():
         return ""
+    known = df.loc[said, ["mode", "b.mode", "b.agent", "b.retries"]]
+    # Each (mode, budget) pair once, in first-seen order: the phrase is the same, for a
+    # fraction of the work on a run of many trials.
     pairs = zip(map(str, known["mode"].tolist()), map(str, known["b.mode"].tolist()), strict=True)
-    modes = modes_text(pairs, mode_order)
-    agents = ", ".join(dict.fromkeys(str(a) for a in known["b.agent"].tolist()))
-    limits = list(dict.fromkeys(str(r) for r in known["b.retries"].tolist()))
+    modes = modes_text(dict.fromkeys(pairs), mode_order)
+    agents = ", ".join(dict.fromkeys(map(str, known["b.agent"].tolist())))
+    limits = list(dict.fromkeys(map(str, known["b.retries"].tolist())))
     head = "Delivery attempts per effect below the agent"
     if any(limits):
         head += f" (retries: {' or '.join(r or 'native' for r in limits)})"

@@ -6,9 +6,10 @@ paper's cells by `harness.experiment.paper_section`)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -98,10 +99,23 @@ class RetriesModel(StrictModel):
 
 # What must have occurred in a cell for it to be a result (else "n/a (not exercised)");
 # None: the default rule of harness.analysis.records.is_exercised.
-Requires = Literal[
+# "metric:NAME": the cell's trials summed the workload's metric NAME above 0.
+_REQUIRES_NAMES = (
     "faults", "F1", "F2", "F3", "F4", "F5",
     "aborts", "compensations", "irreversible_calls", "sends", "none",
-]
+)
+
+
+def _check_requires(v: str) -> str:
+    if v in _REQUIRES_NAMES or (v.startswith("metric:") and v[len("metric:"):].isidentifier()):
+        return v
+    raise ValueError(
+        f"unknown requirement {v!r}{did_you_mean(v, _REQUIRES_NAMES)}; allowed: "
+        f"{', '.join(map(repr, _REQUIRES_NAMES))}, or 'metric:NAME' (NAME a metric of the records)"
+    )
+
+
+Requires = Annotated[str, AfterValidator(_check_requires)]
 
 
 class TableModel(StrictModel):
