@@ -17,8 +17,8 @@ from typing import Annotated
 
 import typer
 
-from harness.cli import catalog, claims, paper, results, run, runtime, sensitivity
-from harness.cli.common import OneLineErrors
+from harness.cli import catalog, claims, paper, results, run, runtime, sensitivity, view
+from harness.cli.common import OneLineErrors, with_short_help
 
 app = typer.Typer(
     cls=OneLineErrors,
@@ -33,7 +33,7 @@ app = typer.Typer(
 # The order `atomix --help` lists the commands in: running and reading results first.
 COMMANDS = (
     "run", "sweep", "report", "runs", "compare", "list", "reproduce", "validate", "recover",
-    "mcp-proxy", "show", "claims", "sensitivity",
+    "mcp-proxy", "show", "claims", "sensitivity", "view",
 )  # fmt: skip
 
 
@@ -64,14 +64,14 @@ def main(
 
 def _add_commands(target: typer.Typer) -> None:
     """Add every group's commands to `target` in the order of COMMANDS."""
-    groups = (run, results, catalog, paper, runtime, claims, sensitivity)
+    groups = (run, results, catalog, paper, runtime, claims, sensitivity, view)
     by_name = {info.name: info for group in groups for info in group.commands.registered_commands}
     # A command defined in a group but not listed here would silently be missing from atomix.
     if set(by_name) != set(COMMANDS):
         raise RuntimeError(
             f"commands not in COMMANDS, or gone: {sorted(set(by_name) ^ set(COMMANDS))}"
         )
-    target.registered_commands += [by_name[name] for name in COMMANDS]
+    target.registered_commands += [with_short_help(by_name[name]) for name in COMMANDS]
 
 
 _add_commands(app)

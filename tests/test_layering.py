@@ -25,6 +25,7 @@ WINGS: tuple[tuple[str, ...], ...] = (
     ("harness.workloads",),
     ("harness.experiment",),
     ("harness.analysis",),
+    ("harness.view",),
     ("harness.paper", "harness.bench"),
     ("harness.cli", "cli"),
 )

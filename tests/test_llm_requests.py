@@ -24,6 +24,7 @@ import yaml
 
 pytest.importorskip("openai")
 
+from harness.agents.llm_client import ASK_AGAIN_ENV  # noqa: E402
 from harness.experiment.runner import read_records  # noqa: E402
 from harness.workloads.retail.data import load_retail  # noqa: E402
 
@@ -235,3 +236,26 @@ def test_each_request_is_a_progress_line_in_a_pipe_and_none_when_quiet(
     assert quiet.returncode == 0, quiet.stderr
     assert fast.received == 2  # the quiet run asked (a fresh cache), and printed nothing of it
     assert "request 1" not in quiet.stderr
+
+
+def test_retry_failed_asks_a_timed_out_request_again(
+    tmp_path: Path, slow: SlowServer, ticket_data: Path
+) -> None:
+    """A normal rerun replays the cached time-out; `run --retry-failed` asks the server again,
+    and the answer replaces the errored record in place."""
+    config = write_config(tmp_path, slow.url, ticket_data, request_timeout_s=1)
+    first = subprocess.run(atomix("run", str(config), "--jobs", "1", "--quiet", "--out", str(tmp_path / "out")),
+                           cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    (trials,) = (tmp_path / "out").glob("*/*/trials.jsonl")
+    assert read_records(trials)[0]["agents"][0]["llm"]["stop"] == "timeout"
+    assert slow.received == 1
+    slow.delay = 0.1
+    retried = subprocess.run(atomix("run", "--retry-failed", str(trials.parent), "--jobs", "1", "--quiet"),
+                             cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
+    assert retried.returncode == 0, retried.stderr
+    assert slow.received == 2  # asked again, not replayed from the cache
+    (record,) = read_records(trials)
+    assert record["agents"][0]["llm"]["stop"] == "answered"
+    assert record["retry"]["attempt"] == 2 and "1 s" in record["retry"]["error"]
+    assert ASK_AGAIN_ENV not in os.environ

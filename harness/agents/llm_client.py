@@ -113,6 +113,11 @@ class RequestTimedOut(Exception):
         self.cached = cached
 
 
+#: Set to "1" (by `atomix run --retry-failed`, for its own trials and their worker processes),
+#: a cached time-out is asked again instead of replayed; a refusal (ModelError) still is.
+ASK_AGAIN_ENV = "ATOMIX_LLM_ASK_AGAIN_TIMEOUTS"
+
+
 def _timed_out(entry: Mapping[str, Any]) -> bool:
     """A cache entry an answer may replace: a time-out."""
     return "timed_out_after_s" in entry
@@ -189,8 +194,12 @@ class ModelClient:
         request = self.request(messages, tools)
         timeout = self.config.request_timeout_s
         stored = self.cache.get(request)
-        if stored is not None and float(stored.get("timed_out_after_s", timeout)) < timeout:
-            stored = None  # it timed out under a shorter time-out: this one may get an answer
+        if stored is not None and _timed_out(stored) and (
+            float(stored["timed_out_after_s"]) < timeout or os.environ.get(ASK_AGAIN_ENV) == "1"
+        ):
+            # It timed out under a shorter time-out, or a retry of errored trials asks again:
+            # this time the server may answer.
+            stored = None
         cached, latency = stored is not None, 0.0
         if stored is None:
             start = time.perf_counter()

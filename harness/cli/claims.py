@@ -25,7 +25,11 @@ def _fits(console: Console, table: RichTable) -> bool:
     return Measurement.get(console, unlimited, table).minimum <= console.width
 
 
-@commands.command("claims", epilog="Example: atomix claims --quick --out results/claims")
+@commands.command(
+    "claims",
+    short_help="Test each claim of the paper by ablating one component.",
+    epilog="Example: atomix claims --quick --out results/claims",
+)
 def claims(
     quick: Annotated[
         bool,

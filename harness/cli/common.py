@@ -117,3 +117,24 @@ def load_checked(
     except ConfigError as exc:
         fail(str(exc))
     return config
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of `text` (up to a period, question or exclamation mark followed
+    by whitespace or the end), whitespace collapsed; the whole text if it has no such end."""
+    import re
+
+    flat = " ".join(text.split())
+    match = re.search(r"[.!?](\s|$)", flat)
+    return flat[: match.start() + 1] if match else flat
+
+
+def with_short_help(info: Any) -> Any:
+    """A typer CommandInfo with a `short_help`: its own, else its help's first sentence.
+    `atomix --help` lists commands by it; without one, typer shows the docstring's whole
+    first paragraph with its hard line breaks, so a line stops mid-sentence."""
+    if not info.short_help:
+        text = info.help or (info.callback.__doc__ if info.callback else "") or ""
+        info.short_help = first_sentence(text.split("\n\n")[0])
+    return info
+

@@ -17,7 +17,9 @@ commands = typer.Typer()
 
 
 @commands.command(
-    "reproduce", epilog="Example: atomix reproduce --quick --tables 6,16 --out results/reproduction"
+    "reproduce",
+    short_help="Run the paper's tables and write REPRODUCTION.md.",
+    epilog="Example: atomix reproduce --quick --tables 6,16 --out results/reproduction"
 )
 def reproduce(
     quick: Annotated[

@@ -146,9 +146,11 @@ def run_with_progress(
     executor: str = "local",
     scheduler: str | None = None,
     overrides: dict[str, Any] | None = None,
+    tasks: list[str] | None = None,
 ) -> RunResult:
     """Run with a rich bar on a terminal, plain progress lines otherwise, none if quiet;
-    `started` gets the run directory as soon as it exists; `overrides` go to the manifest."""
+    `started` gets the run directory as soon as it exists; `overrides` go to the manifest;
+    `tasks` selects trials by task id (`--tasks`)."""
     terminal = sys.stderr.isatty()
     with progress_bar() if terminal and not quiet else contextlib.nullcontext() as bar:
         console = bar.console if bar is not None else stderr()
@@ -190,6 +192,7 @@ def run_with_progress(
                 executor=executor,
                 scheduler=scheduler,
                 overrides=overrides,
+                tasks=tasks,
             )
 
 

@@ -139,6 +139,7 @@ def write_report(run_dir: Path, report_from: ExperimentConfig | None = None) -> 
 
 @commands.command(
     "report",
+    short_help="Rebuild a run's tables and plots from its stored records.",
     epilog="Example: atomix report results/synthetic/20250101-120000   (no argument: latest run of each config)",
 )
 def report(
@@ -179,33 +180,59 @@ def report(
         raise typer.Exit(EXIT_CONFIG)
 
 
-@commands.command("runs", epilog="Example: atomix runs --out results")
+@commands.command(
+    "runs",
+    short_help="List past runs: progress, limits, overrides, sweep keys.",
+    epilog="Example: atomix runs --out results",
+)
 def runs(
     out_dir: Annotated[
         Path, typer.Option("--out", help="Results directory (as given to `atomix run --out`).")
     ] = Path("results"),
 ) -> None:
-    """List past runs: config, start time, trials done/total, status (from manifests only;
-    a run whose process was killed shows `interrupted`)."""
-    # Only the standard-library run-directory module: listing must stay fast.
-    from harness.experiment.rundir import list_runs
+    """List past runs, oldest first: config and run id, status, start time, trials done of
+    the whole plan (a run made with --limit or --tasks says so and reads `partial`), wall
+    time, revision, the overrides it was run with, its sweep keys and any retried trials.
 
-    found = list_runs(out_dir)
+    Read from manifests only; a run whose process was killed shows `interrupted`."""
+    # Only standard-library modules: listing must stay fast.
+    from rich.padding import Padding
+
+    from harness.experiment.runlist import list_summaries, value_text
+
+    found = list_summaries(out_dir)
     if not found:
         fail(f"no runs under {out_dir}/ (run one with: atomix run CONFIG.yaml)")
-    table = RichTable(title=f"runs ({out_dir})")
-    for col in ("config", "run", "started (UTC)", "trials", "status"):
-        table.add_column(col, justify="right" if col == "trials" else "left")
+    console = stdout()
+    console.print(Text(f"Runs under {out_dir}/ (oldest first)", style="bold"))
+    styles = {"complete": "green", "partial": "yellow", "interrupted": "red", "running": "cyan"}
     for info in found:
         where = info.run_dir
-        table.add_row(
-            Text(info.config),
-            Text(str(where.relative_to(out_dir) if where.is_relative_to(out_dir) else where)),
-            Text(info.started_at),
-            Text(f"{info.done}/{info.planned}"),
-            Text(info.status),
-        )
-    stdout().print(table)
+        name = str(where.relative_to(out_dir) if where.is_relative_to(out_dir) else where)
+        console.print()
+        head = Text(name, style="bold")
+        head.append("  ")
+        head.append(info.shown_status, style=styles.get(info.shown_status, "red"))
+        console.print(head)
+        started = info.started_at.replace("T", " ")[:16]
+        facts = [f"started {started} UTC" if info.started_at != "?" else "start unknown"]
+        trials = f"{info.done}/{info.total} trials"
+        facts.append(trials + (f" ({info.subset})" if info.subset else ""))
+        if info.wall_s is not None:
+            facts.append(f"took {info.wall_s:.1f} s")
+        if info.revision:
+            facts.append(f"rev {info.revision}")
+        lines = [", ".join(facts)]
+        if info.overrides:
+            shown = ", ".join(f"{k}={value_text(v)}" for k, v in info.overrides.items())
+            lines.append(f"overrides: {shown}")
+        if info.sweep:
+            shown = "; ".join(f"{k}={value_text(v)}" for k, v in info.sweep.items())
+            lines.append(f"sweep: {shown}")
+        if info.retries:
+            lines.append(f"retried: {info.retries} errored trial(s) (--retry-failed)")
+        for line in lines:
+            console.print(Padding(Text(line), (0, 0, 0, 2)))
 
 
 class CompareFormat(StrEnum):
@@ -216,17 +243,29 @@ class CompareFormat(StrEnum):
 
 
 @commands.command(
-    "compare", epilog="Example: atomix compare results/tau_retail --baseline tx-full --format tex"
+    "compare",
+    short_help="Compare modes, or two runs, on paired trials with verdicts.",
+    epilog="Example: atomix compare results/tau_retail --baseline tx-full --format tex; "
+    "atomix compare RUN_A RUN_B --metric goal",
 )
 def compare(
     run_dir: Annotated[
         Path,
         typer.Argument(
-            metavar="RUN_DIR",
+            metavar="RUN_A",
             help="A run directory (or a config's directory: its latest run).",
             show_default=False,
         ),
     ],
+    run_b: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[RUN_B]",
+            help="A second run of the same workload: compare RUN_B against RUN_A, trial by "
+            "trial (same mode, cell and trial index) instead of modes within RUN_A.",
+            show_default=False,
+        ),
+    ] = None,
     modes: Annotated[
         str | None,
         typer.Option(
@@ -236,7 +275,8 @@ def compare(
     baseline: Annotated[
         str | None,
         typer.Option(
-            "--baseline", help="The mode every other is tested against (default: the first)."
+            "--baseline",
+            help="The mode every other is tested against (default: the first); one run only.",
         ),
     ] = None,
     metric: Annotated[
@@ -250,22 +290,36 @@ def compare(
         CompareFormat,
         typer.Option(
             "--format",
-            help="What to print: a terminal table, or the md/csv/tex text (all three are written).",
+            help="What to print: a terminal table, or the md/csv/tex text (for one run, all "
+            "three are written to its tables/).",
         ),
     ] = CompareFormat.table,
 ) -> None:
-    """Each mode against a baseline on paired trials (same cell, seed and trial): exact
-    McNemar or Wilcoxon signed-rank, an interval on the difference, Holm-adjusted p."""
+    """Test each mode against a baseline on paired trials (same cell, seed and trial), or
+    RUN_B against RUN_A on the same (mode, cell, trial): exact McNemar or Wilcoxon
+    signed-rank, an interval on the difference, Holm-adjusted p, and a verdict line."""
     # Imported here so that `atomix --version` does not pay for scipy and pandas.
-    from harness.analysis import paired, paired_render
-    from harness.analysis.runs import load_run, resolve_run
-    from harness.experiment.cells import cell_id, expand_cells
     from harness.experiment.overrides import split_list
 
     try:
         mode_list = split_list(modes, "--modes") if modes else None
     except ValueError as exc:
         raise flag_error(exc) from None
+    if run_b is not None:
+        if baseline is not None:
+            raise typer.BadParameter(
+                "--baseline picks a mode within one run; with two runs every mode of RUN_B "
+                "is tested against the same mode of RUN_A",
+                param_hint="--baseline",
+            )
+        _compare_runs(run_dir, run_b, mode_list, metric, fmt)
+        return
+    from harness.analysis import paired, paired_render
+    from harness.analysis.compare_runs import _better
+    from harness.analysis.compare_text import Item, legend, render
+    from harness.analysis.runs import load_run, resolve_run
+    from harness.experiment.cells import cell_id, expand_cells
+
     try:
         run = load_run(resolve_run(run_dir))
         present = {str(r["mode"]) for r in run.records}
@@ -291,9 +345,26 @@ def compare(
         fail(str(exc))
     paths = paired_render.write_paired(cmp, run.run_dir / "tables")
     if fmt is CompareFormat.table:
-        stdout().print(paired_render.paired_rich(cmp))
+        better = _better(run, metric)
+        items = [
+            Item(r.cell, r.mode, r, paired.verdict(r, better=better)) for r in cmp.rows
+        ]
+        lines = [f"Verdicts against {cmp.baseline} ({metric}, Holm, alpha 0.05):"]
+        width = max(len(m) for m in cmp.modes[1:])
+        for mode in cmp.modes[1:]:
+            mine = [it.verdict for it in items if it.label == mode]
+            lines.append(f"  {mode.ljust(width)}  {_tally(mine)}")
+        console = stdout()
+        console.print(
+            render(
+                cmp, items, console.width, title=cmp.title, label_header="mode",
+                levels_header="base → mode",
+                legend=legend(cmp, f"base ({cmp.baseline})", "the mode", "(cell, seed, trial)"),
+                verdict_lines=lines,
+            )  # fmt: skip
+        )
         for path in paths:
-            stdout().print(f"wrote {path}", soft_wrap=True)
+            console.print(f"wrote {path}", soft_wrap=True)
         return
     # Machine-readable text on stdout (pipe-able); where the files went on stderr.
     sys.stdout.write(paired_render.RENDERERS[fmt.value](cmp))
@@ -301,7 +372,75 @@ def compare(
         stderr().print(f"wrote {path}")
 
 
-@commands.command("show", epilog="Example: atomix show results/tau_retail/<run-id> saga/fp=0.3/4")
+def _tally(verdicts: list[str]) -> str:
+    """`better on 1 of 3 cells, worse on 0, no evidence on the rest`."""
+    better, worse = verdicts.count("better"), verdicts.count("worse")
+    idle = sum(1 for v in verdicts if v not in ("better", "worse", "no evidence"))
+    text = (
+        f"better on {better} of {len(verdicts)} cells, worse on {worse}, no evidence on the rest"
+    )
+    return text + (f" ({idle} not exercised)" if idle else "")
+
+
+def _compare_runs(
+    path_a: Path, path_b: Path, modes: list[str] | None, metric: str, fmt: CompareFormat
+) -> None:
+    """`compare RUN_A RUN_B`: RUN_B against RUN_A on the same (mode, cell, trial)."""
+    from harness.analysis import paired_render
+    from harness.analysis.compare_runs import ALPHA, compare_runs
+    from harness.analysis.compare_text import Item, legend, render
+    from harness.analysis.runs import load_run, resolve_run
+
+    try:
+        dir_a, dir_b = resolve_run(path_a), resolve_run(path_b)
+        if dir_a.resolve() == dir_b.resolve():
+            raise ValueError(f"RUN_A and RUN_B are the same run ({dir_a}): nothing to compare")
+        result = compare_runs(load_run(dir_a), load_run(dir_b), metric, modes)
+    except (ConfigError, RunError, ValueError) as exc:
+        fail(str(exc))
+    cmp = result.comparison
+    if fmt is not CompareFormat.table:
+        sys.stdout.write(paired_render.RENDERERS[fmt.value](cmp))
+        return
+    items = []
+    for row, v in zip(result.rows, result.verdicts, strict=True):
+        mode, cell = result.split(row)
+        items.append(Item(mode, cell, row, v))
+    groups = list(dict.fromkeys(it.group for it in items))
+    per_mode = [f"Per mode, RUN_B against RUN_A ({metric}, Holm, alpha {ALPHA:g}):"]
+    width = max(len(m) for m in groups)
+    for mode in groups:
+        mine = [it.verdict for it in items if it.group == mode]
+        per_mode.append(f"  {mode.ljust(width)}  {_tally(mine)}")
+    counts = result.counts()
+    total = len(result.verdicts)
+    final = (
+        f"RUN_B vs RUN_A: better on {counts['better']} of {total} cells (mode x cell), worse on "
+        f"{counts['worse']}, no evidence on the rest"
+        + (f" ({counts['not exercised']} not exercised)" if counts["not exercised"] else "")
+        + f" ({metric}, Holm, alpha {ALPHA:g})."
+    )
+    console = stdout()
+    console.print(Text(f"RUN_A = {dir_a}", style="bold"), soft_wrap=True)
+    console.print(Text(f"RUN_B = {dir_b}", style="bold"), soft_wrap=True)
+    for note in result.notes:
+        console.print(Text(f"note: {note}", style="yellow"))
+    console.print(
+        render(
+            cmp, items, console.width,
+            title=f"{metric}: RUN_B against RUN_A, per mode and cell, on paired trials",
+            label_header="cell",
+            levels_header="A → B",
+            legend=legend(cmp, "RUN_A", "RUN_B", "(mode, cell, trial index)"),
+            verdict_lines=[*per_mode, final] if len(per_mode) > 1 else [final],
+        )  # fmt: skip
+    )
+
+
+@commands.command(
+    "show",
+    short_help="Show one trial's timeline, replayed from the run's config.",
+    epilog="Example: atomix show results/tau_retail/<run-id> saga/fp=0.3/4")
 def show(
     run_dir: Annotated[
         Path,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,6 +17,7 @@ from harness.cli.common import (
     flag_error,
     jobs_default,
     load_checked,
+    stderr,
     stdout,
 )
 from harness.cli.options import Jobs, MaxCells, MaxTrials
@@ -54,6 +56,16 @@ Limit = Annotated[
         min=1,
         help="Run only trials 0..N-1 of every cell and mode (a quick look); a later "
         "--resume without --limit runs the rest.",
+    ),
+]
+TaskIds = Annotated[
+    str | None,
+    typer.Option(
+        "--tasks",
+        metavar="IDS",
+        help="Run only the trials that perform these task ids, comma-separated (e.g. 3,17,42; "
+        "workloads with task ids, such as tau_retail: see atomix list workloads); a later "
+        "--resume without --tasks runs the rest.",
     ),
 ]
 Quiet = Annotated[
@@ -184,9 +196,11 @@ def _execute(
     executor: str = "local",
     scheduler: str | None = None,
     overrides: dict[str, Any] | None = None,
+    tasks: list[str] | None = None,
 ) -> None:
-    """Run (or resume), then report (`overrides`: what the flags changed, for the manifest); on SIGINT/SIGTERM, a disk error or a lost cluster print
-    one line with the command that resumes the run."""
+    """Run (or resume), then report (`overrides`: what the flags changed, for the manifest;
+    `tasks`: the task ids --tasks selected); on SIGINT/SIGTERM, a disk error or a lost
+    cluster print one line with the command that resumes the run."""
     from harness.experiment.executors import ExecutorLost
     from harness.experiment.interrupts import exit_code, set_note
     from harness.experiment.rundir import RunIOError
@@ -196,6 +210,7 @@ def _execute(
     def again(run_dir: Path) -> str:
         given = [str(config_path)] if config_path is not None else []
         limited = ["--limit", str(limit)] if limit is not None else []
+        limited += ["--tasks", ",".join(tasks)] if tasks is not None else []
         return shlex.join(
             ["atomix", *command[:1], *given, "--resume", str(run_dir), *command[1:], *limited]
         )
@@ -203,7 +218,7 @@ def _execute(
     try:
         result = run_with_progress(
             config, out, jobs or jobs_default(), resume, started, damaged, limit, quiet,
-            executor, scheduler, overrides,
+            executor, scheduler, overrides, tasks,
         )  # fmt: skip
     except (RunIOError, ExecutorLost) as exc:
         run_dir = started[0] if started else resume
@@ -243,8 +258,91 @@ def _execute(
         raise typer.Exit(EXIT_CONFIG)
 
 
+RetryFailed = Annotated[
+    Path | None,
+    typer.Option(
+        "--retry-failed",
+        metavar="RUN_DIR",
+        help="Run again only the errored trials of this run (a model server that refused or "
+        "timed out, a recorded harness error), in place: each new record replaces the errored "
+        "one and says it is a retry; the old one is kept in trials.retried.jsonl.",
+    ),
+]
+
+
+def _tasks(tasks: str | None, cfg: ExperimentConfig) -> list[str] | None:
+    """`--tasks` parsed and checked against the config's task ids, or exit 2 naming them."""
+    if tasks is None:
+        return None
+    from harness.experiment.task_select import check_config_tasks, parse_task_ids
+
+    try:
+        ids = parse_task_ids(tasks)
+        check_config_tasks(cfg, ids)
+    except ConfigError as exc:
+        raise flag_error(exc) from None
+    return ids
+
+
+def _retry(
+    run_dir: Path, jobs: int | None, quiet: bool, executor: str, scheduler: str | None,
+    given: Mapping[str, object],
+) -> None:  # fmt: skip
+    """`run --retry-failed RUN_DIR`: re-run the run's errored trials in place, then report."""
+    clash = [flag for flag, value in given.items() if value]
+    if clash:
+        raise typer.BadParameter(
+            f"--retry-failed re-runs a run's errored trials from its stored config; it takes "
+            f"no {clash[0]} (only --jobs, --quiet, --executor, --scheduler)",
+            param_hint=clash[0],
+        )
+    from harness.analysis.runs import resolve_run
+    from harness.experiment.interrupts import exit_code
+    from harness.experiment.retry import retry_failed
+    from harness.experiment.rundir import RunIOError
+
+    try:
+        run_dir = resolve_run(run_dir)
+    except RunError as exc:
+        fail(str(exc))
+
+    def progress(done: int, total: int, record: dict[str, Any] | None) -> None:
+        if not quiet and record is not None:
+            from harness.experiment.retry import trial_error
+
+            error = trial_error(record)
+            what = f"still errored: {error}" if error else "ok"
+            stderr().print(f"retried {done}/{total}: {record['key']}: {what}", soft_wrap=True)
+
+    try:
+        result = retry_failed(
+            run_dir, jobs=jobs or jobs_default(), executor=executor, scheduler=scheduler,
+            progress=progress,
+        )  # fmt: skip
+    except RunIOError as exc:
+        fail(str(exc), EXIT_DISK)
+    except RunError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt as exc:
+        fail(f"interrupted: {run_dir} is as it was before the retry", exit_code(exc))
+    console = stdout()
+    if not result.retried:
+        console.print(f"{run_dir}: no errored trials; nothing to retry", soft_wrap=True)
+        return
+    write_report(run_dir)
+    still = len(result.still_errored)
+    console.print(
+        f"retried {len(result.retried)} errored trial(s) of {run_dir}: "
+        f"{len(result.retried) - still} ran through, {still} still errored"
+        + (f" (e.g. atomix show {run_dir} {result.still_errored[0]})" if still else "")
+        + "; replaced records are in trials.retried.jsonl",
+        soft_wrap=True,
+    )
+
+
 @commands.command(
     "run",
+    short_help="Run an experiment, then write and print its report.",
     epilog="Example: atomix run configs/synthetic_fault_class.yaml --trials 20 --modes tx-full,no-tx --jobs 4",
 )
 def run(
@@ -267,14 +365,25 @@ def run(
     max_cells: MaxCells = None,
     max_trials: MaxTrials = None,
     limit: Limit = None,
+    tasks: TaskIds = None,
+    retry_failed: RetryFailed = None,
     quiet: Quiet = False,
     executor: ExecutorChoice = "local",
     scheduler: Scheduler = None,
 ) -> None:
     """Run an experiment (every cell x trial x mode), then write and print its report.
 
-    `atomix run --resume RUN_DIR` resumes a run from the config stored in it."""
+    `atomix run --resume RUN_DIR` resumes a run from the config stored in it;
+    `atomix run --retry-failed RUN_DIR` runs its errored trials again."""
     _check_executor(executor, scheduler, jobs)
+    if retry_failed is not None:
+        given = {
+            "CONFIG.yaml": config, "--resume": resume, "--set": set_, "--trials": trials,
+            "--seed": seed, "--modes": modes, "--limit": limit, "--tasks": tasks,
+            "--max-cells": max_cells, "--max-trials": max_trials,
+        }  # fmt: skip
+        _retry(retry_failed, jobs, quiet, executor, scheduler, given)
+        return
     from harness.experiment.overrides import flag_overrides, raw_config, run_sets, size_limits
 
     try:
@@ -291,17 +400,19 @@ def run(
         raise flag_error(exc) from None
     overrides.update(extra)
     cfg = _resolve(config, resume, overrides, pinned or None, size_limits(max_cells, max_trials))
+    task_ids = _tasks(tasks, cfg)
     args = _again_args(set_, trials, seed, modes, max_cells, max_trials, executor, scheduler)
     # A grid key --set pins is an override of one value, as the caption should say it.
     given = {**overrides, **{k: v[0] for k, v in (pinned or {}).items()}}
     _execute(
         ["run", *args], config, cfg, jobs, out, resume, damaged.value, limit, quiet, executor,
-        scheduler, given,
+        scheduler, given, task_ids,
     )  # fmt: skip
 
 
 @commands.command(
     "sweep",
+    short_help="Run a config over extra grid keys into one run directory.",
     epilog="Example: atomix sweep configs/synthetic_fault_class.yaml --set faults.rate=0,0.1,0.3 --set params.agents=1,4",
 )
 def sweep(
@@ -324,6 +435,7 @@ def sweep(
     max_cells: MaxCells = None,
     max_trials: MaxTrials = None,
     limit: Limit = None,
+    tasks: TaskIds = None,
     quiet: Quiet = False,
     executor: ExecutorChoice = "local",
     scheduler: Scheduler = None,
@@ -345,9 +457,10 @@ def sweep(
     except ValueError as exc:
         raise flag_error(exc) from None
     cfg = _resolve(config, resume, overrides, grid or None, size_limits(max_cells, max_trials))
+    task_ids = _tasks(tasks, cfg)
     args = _again_args(set_, trials, seed, modes, max_cells, max_trials, executor, scheduler)
     given = {**overrides, **{f"grid.{k}": v for k, v in (grid or {}).items()}}
     _execute(
         ["sweep", *args], config, cfg, jobs, out, resume, damaged.value, limit, quiet, executor,
-        scheduler, given,
+        scheduler, given, task_ids,
     )  # fmt: skip

@@ -17,7 +17,9 @@ commands = typer.Typer()
 
 
 @commands.command(
-    "sensitivity", epilog="Example: atomix sensitivity configs/tau_retail.yaml --quick"
+    "sensitivity",
+    short_help="Test how the verdicts hold under other agent weights.",
+    epilog="Example: atomix sensitivity configs/tau_retail.yaml --quick"
 )
 def sensitivity(
     config: ConfigArg,

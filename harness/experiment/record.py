@@ -26,8 +26,10 @@ __all__ = [
     "BudgetRecord",
     "Exercised",
     "FaultRecord",
+    "GoalDiffEntry",
     "Metrics",
     "ModeBudgetRecord",
+    "RetryRecord",
     "TrialRecord",
     "json_schema",
 ]
@@ -143,6 +145,30 @@ class RewardRecord(TypedDict):
     failed: list[str]
 
 
+class GoalDiffEntry(TypedDict):
+    """One place where a trial's final state differs from its goal (harness.world.statediff):
+    a dotted path (`retail.orders.#W2378156.status`), the goal's value and the final one
+    ("<absent>": no such key; long values cut). A last entry `{"path": "...", "more": N}`
+    says N more were left out."""
+
+    path: str
+    gold: NotRequired[Any]
+    final: NotRequired[Any]
+    more: NotRequired[int]
+
+
+class RetryRecord(TypedDict):
+    """Set on a record that `atomix run --retry-failed` wrote in place of an errored one
+    (harness.experiment.retry): which attempt at the trial it is (2: the first retry), the
+    attempt it replaced, when (UTC), and that attempt's error. The replaced record is kept
+    in the run's trials.retried.jsonl."""
+
+    attempt: int
+    replaces: int
+    at: str
+    error: str
+
+
 class TrialRecord(TypedDict):
     """One trial: what ran, what the oracle found, what it exercised, what each agent did."""
 
@@ -160,9 +186,16 @@ class TrialRecord(TypedDict):
     agents: list[AgentRecord]
     budget: BudgetRecord  # the retry budgets the mode and the agent ran with
     final: dict[str, Any]  # the workload's digest of the final state (e.g. a DB hash)
+    # The version of the workload's data, when it has one (tau workloads: which tau2 task set
+    # and the sha256 prefixes of its files; harness.workloads.retail.data.tau2_data_version).
+    data_version: NotRequired[str]
     timings: dict[str, Any]  # wall clock: the only part that differs between identical runs
     config_hash: NotRequired[str]  # added by the runner when it writes the record
     reward: NotRequired[RewardRecord]  # the workload's task reward, when it has one
+    retry: NotRequired[RetryRecord]  # a retry of an errored trial (atomix run --retry-failed)
+    # Where the final state differs from the goal ([] when reached); records written before
+    # it was stored lack it.
+    goal_diff: NotRequired[list[GoalDiffEntry]]
 
 
 def json_schema() -> dict[str, Any]:

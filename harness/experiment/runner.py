@@ -20,7 +20,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +46,7 @@ from harness.experiment.rundir import (
     scan_records,
     write_manifest,
 )
+from harness.experiment.task_select import check_task_ids, trials_for_tasks, workload_task_ids
 from harness.experiment.trial import TrialSpec, run_trial
 
 DEFAULT_RESULTS = Path("results")
@@ -70,21 +71,32 @@ class RunResult:
         return self.ran / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def plan(config: ExperimentConfig, limit: int | None = None) -> list[TrialSpec]:
+def plan(
+    config: ExperimentConfig, limit: int | None = None, tasks: Sequence[str] | None = None
+) -> list[TrialSpec]:
     """Every trial of the experiment, ordered cell, trial, mode (modes of one trial adjacent).
 
-    `limit`: only trials 0..limit-1 of each cell (and every mode); the rest of the plan is
-    unchanged, so a later run without it completes the same run."""
+    `limit`: only trials 0..limit-1 of each cell (and every mode); `tasks`: only the trials
+    that perform these task ids (`harness.experiment.task_select`; with `limit` too, the
+    first `limit` of those). The rest of the plan is unchanged, so a later run without them
+    completes the same run. ConfigError (path `--tasks`) for task ids the config lacks."""
     name = config.name or "experiment"
+    cells = [(cell, cell_config(config, cell)) for cell in expand_cells(config)]
+    task_ids: list[list[str] | None] = []
+    if tasks is not None:
+        task_ids = [workload_task_ids(cfg.workload, cfg.params) for _, cfg in cells]
+        check_task_ids(config.workload, task_ids, tasks)
     specs = []
-    for cell in expand_cells(config):
-        cfg = cell_config(config, cell)
+    for index, (cell, cfg) in enumerate(cells):
         cid = cell_id(config, cell)
         shown = {cell_label(config, k): v for k, v in cell.items()}
         # A cell may ask for fewer trials than the config (paper Table 3 runs its F2/F4-only
         # cells at N=100 beside N=300), never more, so --trials still caps every cell.
         count = min(cfg.trials, config.trials)
-        for trial in range(count if limit is None else min(count, limit)):
+        chosen = list(range(count))
+        if tasks is not None:
+            chosen = trials_for_tasks(tasks, task_ids[index] or [], count)
+        for trial in chosen if limit is None else chosen[:limit]:
             for mode in config.modes:
                 specs.append(
                     TrialSpec(
@@ -296,6 +308,7 @@ def run(
     executor: str = DEFAULT_EXECUTOR,
     scheduler: str | None = None,
     overrides: Mapping[str, Any] | None = None,
+    tasks: Sequence[str] | None = None,
 ) -> RunResult:
     """Run (or resume) an experiment and return where its records are.
 
@@ -313,7 +326,9 @@ def run(
 
     `limit` runs only trials 0..limit-1 of every cell and mode (see `plan`); the manifest
     records it (`limit`) and plans only those trials. Resuming without it plans, and runs,
-    the rest.
+    the rest. `tasks` (task ids, see `harness.experiment.task_select`) works the same way
+    (manifest key `tasks`). The manifest's `trials_total` is the whole plan's size, so a
+    listing can say "3 of 72".
 
     `executor` names where trials run (`harness.experiment.executors.EXECUTORS`: "local", "dask"),
     `scheduler` the dask scheduler address (None: a LocalCluster of `jobs` workers). The
@@ -330,7 +345,9 @@ def run(
         raise ValueError(f"damaged must be one of {DAMAGED_CHOICES}, got {damaged!r}")
     if resume is not None:
         config = in_run_order(config, Path(resume))
-    specs = plan(config, limit)
+    specs = plan(config, limit, tasks)
+    subset = limit is not None or tasks is not None
+    whole = plan(config) if subset else specs
     digest = config_hash(config)
     name = config.name or "experiment"
     opened: tuple[Path, RunLock, dict[str, Any]] | None = None
@@ -350,7 +367,8 @@ def run(
                 manifest["overrides"] = dict(overrides)  # written with the status below
             return _run_locked(
                 specs, digest, name, run_dir, manifest, engine, resume, progress, damaged,
-                notice, limit, {s.key for s in plan(config)} if limit is not None else None,
+                notice, limit, {s.key for s in whole} if subset else None,
+                list(tasks) if tasks is not None else None, len(whole),
             )
         except BaseException:
             if opened is not None and opened[2].get("status") == "running":
@@ -380,6 +398,8 @@ def _run_locked(
     notice: Callable[[str], None] | None,
     limit: int | None = None,
     known: set[str] | None = None,
+    tasks: list[str] | None = None,
+    total: int | None = None,
 ) -> RunResult:
     records_path = run_dir / TRIALS
     planned = {s.key for s in specs}
@@ -415,6 +435,11 @@ def _run_locked(
         manifest.pop("limit", None)
     else:
         manifest["limit"] = limit
+    if tasks is None:
+        manifest.pop("tasks", None)
+    else:
+        manifest["tasks"] = tasks
+    manifest["trials_total"] = total if total is not None else len(specs)
     manifest.pop("interrupted_detected_at", None)
     manifest.setdefault("resumed_at", [])
     if resume is not None:

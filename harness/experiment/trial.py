@@ -26,10 +26,12 @@ from harness.agents.loops import make_loop
 from harness.agents.policies import AgentConfig
 from harness.agents.task import AgentOutcome
 from harness.experiment.budget import trial_budget
+from harness.experiment.calltrace import CallLog, TracingMode, jsonable, wrap_loop
 from harness.experiment.record import (
     AgentRecord,
     Exercised,
     FaultRecord,
+    GoalDiffEntry,
     Metrics,
     RewardRecord,
     TrialRecord,
@@ -42,6 +44,7 @@ from harness.world.boundary import Boundary
 from harness.world.clock import Sleep, VirtualClock
 from harness.world.faults import Decision  # (the name `faults` is a TrialTrace field too)
 from harness.world.oracle import judge
+from harness.world.statediff import diff_states
 from harness.world.substrates import TrialEnv
 
 _EXPECTED: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
@@ -134,6 +137,27 @@ class TrialTrace:
     # Every question the fault injector answered, in order, faulted or not: its key and its
     # fault (None), so tests can check that modes issuing the same call met the same fault.
     decisions: list[Decision] = field(default_factory=list)
+    # What the agents asked of the mode, call by call (harness.experiment.calltrace), and
+    # where the final state differs from the goal ([] when reached or judged by invariants).
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    goal_diff: list[dict[str, Any]] = field(default_factory=list)
+
+
+def goal_diff(
+    scenario: Any, env: TrialEnv, expected: Mapping[str, Any] | None, final: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Where the final snapshot differs from the goal: the snapshots' own difference, with
+    the workload's finer one (`Scenario.goal_diff`) in place of the digests it explains.
+    Values are cut to a few hundred characters, so a record stays small."""
+    if expected is None:
+        return []
+    entries = diff_states(expected, final)
+    if scenario.goal_diff is not None:
+        finer = scenario.goal_diff(env)
+        heads = {str(e["path"]).split(".", 1)[0] for e in finer}
+        entries = [e for e in entries if str(e["path"]).split(".", 1)[0] not in heads] + finer
+    return [{k: jsonable(v, 300) if k in ("gold", "final") else v for k, v in e.items()}
+            for e in entries]
 
 
 def run_trial(
@@ -152,6 +176,11 @@ def run_trial(
         clock = VirtualClock()
         injector = faults.FaultInjector(spec.faults, seed=spec.seed, cell=spec.cell_id, trial=spec.trial)
         trial_mode = get_mode(spec.mode).factory(env, clock, spec.settings)
+        call_log = (CallLog(clock, lambda: (injector.events, len(env.oplog)))
+                    if trace is not None else None)
+        if call_log is not None:  # the wrappers log and pass everything through unchanged
+            trial_mode = cast(Any, TracingMode(trial_mode, call_log))
+            wrap_loop(loop, call_log)
         outcomes: list[AgentOutcome] = []
         tasks = []
         for index, task in enumerate(scenario.tasks):
@@ -195,9 +224,12 @@ def run_trial(
             invariant_violations=invariants,
             reported_residue=sum(o.reported_residue for o in outcomes),
         )  # (the residue a mode reported; see "residue_mismatch" below)
+        missed = goal_diff(scenario, env, expected, final) if not verdict.goal else []
         if trace is not None:
             trace.append(TrialTrace(list(ops), list(messages), fault_records, str(env.workdir),
-                                    decisions=list(injector.decisions)))
+                                    decisions=list(injector.decisions),
+                                    calls=call_log.events if call_log is not None else [],
+                                    goal_diff=missed))
         outcomes.sort(key=lambda o: o.agent)
         n = max(1, len(outcomes))
         reported = sum(o.reported_residue for o in outcomes)
@@ -256,6 +288,10 @@ def run_trial(
         )
         if reward is not None:
             record["reward"] = cast(RewardRecord, reward)
+        if "data_version" in scenario.info:
+            record["data_version"] = str(scenario.info["data_version"])
+        # Always written ([]: the goal was reached, or the workload judges by invariants).
+        record["goal_diff"] = cast(list[GoalDiffEntry], missed)
         return record
     finally:
         env.close()

