@@ -17,7 +17,8 @@ with N = ``quick_trials(trials)`` (see ``mapping``).
 After the paper's tables come three sections of our own: the retry budgets of every run
 (``budgets``), and, when every table is reproduced (no ``--tables``), the claims table
 (``claims``, its runs under ``OUT/claims``) and the sensitivity of the headline verdicts to
-the llm-like agent's weights for ``SENSITIVITY_CONFIGS`` (``harness.analysis.sensitivity``).
+the llm-like agent's weights for ``SENSITIVITY_CONFIGS`` (``harness.analysis.sensitivity``),
+and the results of configs with no paper table (``harness.paper.beyond``: tau2 airline).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from harness.experiment.paper_cells import tables
 from harness.experiment.paper_section import paper_problems
 from harness.experiment.rundir import read_manifest, settle_status
 from harness.experiment.trial import run_trial
+from harness.paper.beyond import beyond_paper_markdown
 from harness.paper.budgets import budgets_markdown
 from harness.paper.claims import claims_markdown, run_claims
 from harness.paper.judge import (
@@ -264,6 +266,7 @@ def _extra_sections(
             raise RunError(f"sensitivity of {name}: {exc}") from None
         parts.append(sensitivity_markdown(result, level=3))
     sections.append("\n".join(parts))
+    sections.append(beyond_paper_markdown(out, jobs, configs_dir, quick, ensure_run, say))
     return sections
 
 

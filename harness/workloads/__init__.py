@@ -14,6 +14,8 @@ WORKLOADS: Registry[Any] = Registry("workload", [
         ("synthetic", "harness.workloads.synthetic:SyntheticWorkload"),
         ("tau_retail", "harness.workloads.retail.workload:TauRetailWorkload"),
         ("tau_contention", "harness.workloads.retail.workload:TauContentionWorkload"),
+        ("tau_airline", "harness.workloads.airline.workload:TauAirlineWorkload"),
+        ("tau_airline_stress", "harness.workloads.airline.stress:TauAirlineStressWorkload"),
         ("leakage", "harness.workloads.leakage:LeakageWorkload"),
         ("webshop", "harness.workloads.webshop:WebshopWorkload"),
         ("desktop", "harness.workloads.desktop:DesktopWorkload"),
