@@ -6,6 +6,7 @@ import json
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,8 @@ SUBSTRATE = "sqlite"
 #: transaction covers a row and its key.
 APPLIED_TABLE = "_atomix_applied"
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: Seconds a connection waits for another one's lock before it gives up.
+_BUSY_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -76,9 +79,9 @@ class SQLiteStore:
         # isolation_level=None: the sqlite3 module issues no implicit BEGIN; we say where each
         # transaction starts and ends. timeout: wait (not fail) while another connection writes.
         self._conn = sqlite3.connect(
-            self._path, isolation_level=None, check_same_thread=False, timeout=30.0
+            self._path, isolation_level=None, check_same_thread=False, timeout=_BUSY_TIMEOUT
         )
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        _switch_to_wal(self._conn)
         # FULL: a COMMIT that has returned survives power loss (NORMAL could lose the last ones).
         # durable=False (NORMAL in WAL) survives a process crash but not power loss: for
         # throwaway trial databases only.
@@ -358,6 +361,27 @@ def row_effect(
         batch=store,
         payload=rw,
     )
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> None:
+    """Put the database in WAL mode, waiting (up to `_BUSY_TIMEOUT`) for other processes.
+
+    Switching a new file to WAL needs an exclusive lock, and SQLite reports SQLITE_BUSY for it
+    at once, without its busy handler: processes that open one fresh database together would
+    fail with "database is locked". So the switch is retried, with a short growing sleep.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _kind(rw: RowWrite) -> str:
