@@ -242,3 +242,34 @@ def test_shipped_configs_declare_the_direction_of_their_main_metric() -> None:
             assert direction == "higher", f"{path.name}: more {spec.metric} is better"
         else:
             assert declared is not None, f"{path.name}: say which way {spec.metric} is better"
+
+
+def test_a_frame_given_reads_what_the_cells_exercised_as_the_records_do() -> None:
+    # The view passes the frame it built for the tables; the verdicts must not change.
+    from harness.analysis.paired import paired_compare
+    from harness.analysis.records import records_frame
+
+    def rec(mode: str, cell: str, t: int, faults: int, clean: bool) -> dict[str, Any]:
+        return {"key": f"d/{mode}/{cell}/{t}", "mode": mode, "cell": {"c": cell},
+                "cell_id": f"c={cell}", "trial": t, "seed": 1, "metrics": {"clean": clean},
+                "exercised": {"faults": {"F1": faults}, "faults_total": faults, "aborts": 0,
+                              "compensations": 0, "irreversible_calls": 0, "sends": 0,
+                              "fault_classes": ["F1"], "faults_armed": True}}  # fmt: skip
+
+    records = [
+        rec(mode, cell, t, faults=int(cell == "a" and mode != "saga"), clean=(t + i) % 3 > 0)
+        for i, mode in enumerate(["tx-full", "no-tx", "saga"])
+        for cell in ("a", "b")
+        for t in range(12)
+    ]
+    frame = records_frame(records)
+    table = {"name": "t", "metric": "clean", "kind": "proportion", "requires": "faults"}
+    config = _config(table, ["tx-full", "no-tx", "saga"])
+    plain, framed = verdict_block(records, config), verdict_block(records, config, frame=frame)
+    assert plain is not None and framed is not None
+    assert framed.display_rows() == plain.display_rows() and framed.verdicts == plain.verdicts
+    # cell b injected nothing; in cell a saga did not, so its pairs there are no result either
+    assert [r.exercised for r in plain.comparison.rows] == [True, False, False, False]
+    two = ["tx-full", "no-tx"]  # a subset of the modes present: the frame's other rows are left
+    assert [r.exercised for r in paired_compare(records, "clean", two, requires="faults",
+                                                frame=frame).rows] == [True, False]

@@ -52,6 +52,37 @@ def test_trial_index_reads_only_what_a_live_run_appended(tmp_path: Path) -> None
     assert record["key"] == rows[3].key
 
 
+def test_trial_index_keeps_each_record_parsed_once_in_step_with_its_rows(tmp_path: Path) -> None:
+    runs = []
+    for name in ("r1", "r2"):
+        runs.append(tmp_path / "tau_retail_llm" / name)
+        shutil.copytree(FIXTURE, runs[-1])
+    lines = (runs[0] / "trials.jsonl").read_bytes().splitlines(keepends=True)
+    # A damaged line and a repeated key are left out of the rows and of the records alike.
+    (runs[0] / "trials.jsonl").write_bytes(lines[0] + b"{not json\n" + lines[1] + lines[0])
+    index = ResultsIndex(tmp_path)
+    index.KEEP_RECORDS = 1
+    first, second = (index.run_id(r) for r in runs)
+    trials = index.trials(first)
+    assert trials.damaged == 1 and [r.key for r in trials.rows] == [
+        json.loads(line)["key"] for line in lines[:2]]
+    assert trials.records() == [json.loads(line) for line in lines[:2]]
+    with (runs[0] / "trials.jsonl").open("ab") as fh:
+        fh.write(lines[2])
+    _, version, records = index.snapshot(first)
+    assert version == trials.version and records == [json.loads(line) for line in lines[:3]]
+    # Reading a second run lets the first's records go (one run keeps them); its rows stay,
+    # and its records are parsed again, the same, when asked for.
+    index.snapshot(second)
+    assert not trials.holds_records and len(trials.rows) == 3
+    assert index.trials(second).holds_records
+    assert trials.records() == records
+    trials.drop_records()
+    with (runs[0] / "trials.jsonl").open("ab") as fh:
+        fh.write(lines[3])
+    assert index.trials(first).records() == [json.loads(line) for line in lines[:4]]
+
+
 def test_align_marks_the_first_divergence() -> None:
     def call(op: str, err: str | None = None) -> dict:
         return {"kind": "call", "agent": "a0", "op": op, "tool": "t", "args": {},

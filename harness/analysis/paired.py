@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scipy import stats as _sps
 
@@ -41,6 +41,9 @@ from harness.analysis.runs import exercised_by_cell
 from harness.analysis.stats import format_pct, mean_ci
 from harness.analysis.table import NOT_EXERCISED_TEXT
 from harness.registry import did_you_mean
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "FORMATS",
@@ -330,6 +333,7 @@ def paired_compare(
     confidence: float = 0.95,
     requires: str | None = None,
     explicit_modes: bool = False,
+    frame: pd.DataFrame | None = None,
 ) -> PairedComparison:
     """Compare every mode of ``modes`` against ``baseline`` (default: the first) per cell.
 
@@ -337,7 +341,9 @@ def paired_compare(
     metric with no records, or a metric that is neither yes/no nor numeric. A yes/no metric
     (every value a bool) gets the exact McNemar test and Newcombe's paired interval; a
     numeric metric (counts, times) the Wilcoxon signed-rank test and a t interval on the
-    mean difference. Cells follow ``cell_order``, then any others sorted.
+    mean difference. Cells follow ``cell_order``, then any others sorted. ``frame``:
+    ``records_frame(records)`` where the caller has it (what the cells exercised is read
+    from it instead of a frame built here).
     """
     modes = list(modes)
     if len(set(modes)) != len(modes):
@@ -390,7 +396,7 @@ def paired_compare(
     present_cells = {c for c, _ in by_cell}
     head = [c for c in dict.fromkeys(cell_order) if c in present_cells]
     cells = head + sorted(present_cells - set(head))
-    exercised = exercised_by_cell(records, modes, requires)
+    exercised = exercised_by_cell(records, modes, requires, frame)
 
     raw: list[dict[str, Any]] = []
     for cell in cells:

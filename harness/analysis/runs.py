@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.analysis.records import (
     METRIC_REQUIREMENT,
@@ -48,6 +48,9 @@ from harness.experiment.runner import plan
 from harness.experiment.sections import PlotModel, TableModel
 from harness.experiment.trial import run_trial
 from harness.world.oracle import Verdict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MANIFEST = "manifest.json"
 TRIALS = "trials.jsonl"
@@ -428,16 +431,24 @@ def write_run_report(run: Run) -> Report:
 
 
 def exercised_by_cell(
-    records: Sequence[Mapping[str, Any]], modes: Sequence[str], requires: str | None
+    records: Sequence[Mapping[str, Any]],
+    modes: Sequence[str],
+    requires: str | None,
+    frame: pd.DataFrame | None = None,
 ) -> dict[tuple[str, str], bool]:
-    """(cell_id, mode) -> did its trials exercise `requires` (see `is_exercised`)."""
-    # Only the columns the counts read: the whole frame would cost several times more.
+    """(cell_id, mode) -> did its trials exercise `requires` (see `is_exercised`).
+    `frame`: `records_frame(records)` where the caller has it (its rows of `modes` are
+    read: no frame is built)."""
     metric = ""
     if requires is not None and requires.startswith(METRIC_REQUIREMENT):
         metric = requires[len(METRIC_REQUIREMENT) :]
-    df = exercised_records_frame(
-        [r for r in records if r["mode"] in modes], [metric] if metric else ()
-    )
+    if frame is not None:
+        df = frame[frame["mode"].isin([str(m) for m in modes])]
+    else:
+        # Only the columns the counts read: the whole frame would cost several times more.
+        df = exercised_records_frame(
+            [r for r in records if r["mode"] in modes], [metric] if metric else ()
+        )
     positions: dict[tuple[str, str], list[int]] = {}
     for i, (c, m) in enumerate(zip(df["cell_id"].tolist(), df["mode"].tolist(), strict=True)):
         positions.setdefault((str(c), str(m)), []).append(i)

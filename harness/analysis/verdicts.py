@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.analysis.paired import PairedComparison, paired_compare, verdict
 from harness.analysis.paired_render import markdown_block
@@ -32,6 +32,9 @@ from harness.analysis.runs import Run, main_table, table_specs
 from harness.analysis.table import NOT_EXERCISED_TEXT
 from harness.experiment.cells import cell_id, expand_cells
 from harness.experiment.config import ExperimentConfig
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "ALPHA",
@@ -160,11 +163,16 @@ def _as_binary(records: Sequence[Mapping[str, Any]], metric: str) -> list[Mappin
 
 
 def verdict_block(
-    records: Sequence[Mapping[str, Any]], config: ExperimentConfig, alpha: float = ALPHA
+    records: Sequence[Mapping[str, Any]],
+    config: ExperimentConfig,
+    alpha: float = ALPHA,
+    frame: pd.DataFrame | None = None,
 ) -> VerdictBlock | None:
     """The verdicts under `config`'s main table, or None when that table does not compare
     modes against a baseline (its rows are not modes, the baseline did not run, or no other
-    mode did). Raises ValueError (from `paired_compare`) when the metric cannot be tested."""
+    mode did). Raises ValueError (from `paired_compare`) when the metric cannot be tested.
+    `frame`: `records_frame(records)` where the caller has built it (for the tables), so
+    that it is not built again in part."""
     specs = {s.name: s for s in table_specs(config)}
     spec = specs.get(main_table(config))
     baseline = baseline_of(config)
@@ -189,6 +197,7 @@ def verdict_block(
         baseline=baseline,
         cell_order=[cell_id(config, c) for c in expand_cells(config)],
         requires=spec.requires,
+        frame=frame,
     )
     words = tuple(verdict(r, better=better, alpha=alpha) for r in cmp.rows)
     return VerdictBlock(spec.name, spec.title, cmp, better, alpha, words)

@@ -138,7 +138,9 @@ def create_app(root: Path, *, poll_s: float = 2.0, prefetch: bool = True) -> Sta
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if prefetch:
-            index.prefetch()
+            # The newest run is what a reader opens first: its tables are built as soon as
+            # its trials are read.
+            index.prefetch(then=lambda run_id: pages.start_tables(index, run_id))
         yield
 
     app = Starlette(routes=routes, lifespan=lifespan)

@@ -6,15 +6,23 @@ only the lines appended to trials.jsonl since the last request (the file is appe
 file that shrank or was replaced is read again from the start). A line not yet ended by a
 newline (a write in progress) is left for the next request.
 
+Each line is parsed once: what is appended is read in one go and every line parsed as it
+comes, the trials page's summary row made from it, and the parsed records kept for the
+run's tables (for the few runs looked at last: see `ResultsIndex.KEEP_RECORDS`; a run whose
+records were let go parses its file again when its tables are next built).
+
 Run ids in URLs are paths relative to the root the view was started on, checked to stay
 inside it.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,7 +78,7 @@ def outcomes_of(record: dict[str, Any]) -> list[str]:
     return tags
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TrialRow:
     """One trial as the trials page lists it (a summary of its record, not the record)."""
 
@@ -114,11 +122,40 @@ def _row(line: int, rec: dict[str, Any]) -> TrialRow:
     )
 
 
-@dataclass
+#: A read that parses at least this many records moves them out of the cyclic garbage
+#: collector's reach (see `_parsing`).
+FREEZE_AFTER = 2000
+
+
+@contextmanager
+def _parsing(records: list[Any]) -> Iterator[None]:
+    """The cyclic garbage collector off while records are parsed into `records`; if many
+    were, everything alive is then frozen (`gc.freeze`), as the workloads do with their
+    shared data (`harness.workloads.retail.data.freeze_long_lived`).
+
+    Parsing a run's records allocates hundreds of thousands of containers that stay alive
+    as long as the view serves the run; every full collection after would walk all of them
+    again (a replay's own collections, a table's build), at more cost than the parsing.
+    Parsed JSON holds no cycles, so there is nothing in them for the collector to find, and
+    a record let go is still freed (by its reference count)."""
+    before = len(records)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        if len(records) - before >= FREEZE_AFTER:
+            gc.freeze()
+
+
+@dataclass(eq=False)  # one per run, told apart by identity
 class TrialIndex:
     """A run's trials, read incrementally: `rows` in file order (first record of each key),
-    and for each key the byte offset of its line, so a trial's whole record is read only when
-    its page is asked for."""
+    for each key the byte offset and length of its line (a trial's page reads its line
+    alone), and, unless let go (`drop_records`), the parsed record of every row, in the
+    same order, for the run's tables. Every line is parsed once while kept."""
 
     path: Path
     rows: list[TrialRow] = field(default_factory=list)
@@ -128,6 +165,8 @@ class TrialIndex:
     damaged: int = 0
     version: int = 0  # bumped whenever rows change (caches of derived pages key on it)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # The parsed record of each row (None: let go; `records()` parses the file again).
+    kept: list[dict[str, Any]] | None = field(default_factory=list)
 
     def refresh(self) -> TrialIndex:
         """Read what was appended since the last call (or everything, if the file shrank or
@@ -139,6 +178,7 @@ class TrialIndex:
                 return self
             if self.inode != st.st_ino or st.st_size < self.read_to:
                 self.rows, self.offsets, self.read_to, self.damaged = [], {}, 0, 0
+                self.kept = []
                 self.inode = st.st_ino
                 self.version += 1
             if st.st_size == self.read_to:
@@ -150,27 +190,33 @@ class TrialIndex:
             if end < 0:
                 return self  # one line, still being written
             pos = self.read_to
-            for raw in chunk[: end + 1].split(b"\n")[:-1]:
-                start, pos = pos, pos + len(raw) + 1
-                if not raw.strip():
-                    continue
-                try:
-                    rec = json.loads(raw)
-                    key = str(rec["key"])
-                    rec["metrics"]  # noqa: B018 - a record without metrics is damaged
-                except (ValueError, KeyError, TypeError):
-                    self.damaged += 1
-                    continue
-                if key in self.offsets:
-                    continue  # a repeated key: the first record counts (as every reader)
-                self.offsets[key] = (start, len(raw))
-                self.rows.append(_row(len(self.rows) + 1, rec))
+            rows, offsets, kept = self.rows, self.offsets, self.kept
+            loads = json.loads
+            with _parsing(rows):
+                for raw in chunk[: end + 1].split(b"\n")[:-1]:
+                    start, pos = pos, pos + len(raw) + 1
+                    if not raw.strip():
+                        continue
+                    try:
+                        rec = loads(raw)
+                        key = str(rec["key"])
+                        rec["metrics"]  # noqa: B018 - a record without metrics is damaged
+                    except (ValueError, KeyError, TypeError):
+                        self.damaged += 1
+                        continue
+                    if key in offsets:
+                        continue  # a repeated key: the first record counts (as every reader)
+                    offsets[key] = (start, len(raw))
+                    rows.append(_row(len(rows) + 1, rec))
+                    if kept is not None:
+                        kept.append(rec)
             self.read_to += end + 1
             self.version += 1
             return self
 
     def record(self, key: str) -> dict[str, Any]:
-        """The whole stored record of trial `key`."""
+        """The whole stored record of trial `key` (its line alone, read again: a page may
+        change what it is given)."""
         if key not in self.offsets:
             raise ViewError(f"no trial {key!r} in {self.path}")
         start, length = self.offsets[key]
@@ -180,13 +226,36 @@ class TrialIndex:
         return data
 
     def records(self) -> list[dict[str, Any]]:
-        """Every stored record, in file order (for tables: read once per change)."""
-        out: list[dict[str, Any]] = []
+        """Every record of `rows`, in file order, as of now (a new list: the records are
+        shared with the index, and are not to be changed)."""
+        return self.snapshot()[1]
+
+    def snapshot(self) -> tuple[int, list[dict[str, Any]]]:
+        """`version` and the records of that version, taken together (a refresh between
+        the two could otherwise pair a version with the records of the next)."""
+        with self.lock:
+            if self.kept is None:
+                self.kept = self._parse_rows()
+            return self.version, list(self.kept)
+
+    def drop_records(self) -> None:
+        """Let the parsed records go (the rows stay); `records()` parses them again."""
+        with self.lock:
+            self.kept = None
+
+    @property
+    def holds_records(self) -> bool:
+        return self.kept is not None
+
+    def _parse_rows(self) -> list[dict[str, Any]]:
+        # The file read once, up to what the rows cover, and each row's line parsed from it.
         with self.path.open("rb") as fh:
+            data = fh.read(self.read_to)
+        out: list[dict[str, Any]] = []
+        with _parsing(out):
             for row in self.rows:
                 start, length = self.offsets[row.key]
-                fh.seek(start)
-                out.append(json.loads(fh.read(length)))
+                out.append(json.loads(data[start: start + length]))
         return out
 
 
@@ -271,23 +340,46 @@ class ResultsIndex:
     directory inside `root`; trial indexes are shared between requests and brought up to
     date on each."""
 
+    #: How many runs keep their parsed records (those used last): records take far more
+    #: memory than the trials page's rows (the server's resident size after `python -m
+    #: harness.bench.view` shows how much). A run that is still writing keeps them for its next
+    #: tables (built again as it grows); a finished run lets them go once its tables are
+    #: built (see `harness.view.pages`).
+    KEEP_RECORDS = 2
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise ViewError(f"{root}: no such directory (give a results directory or a run)")
         self._indexes: dict[Path, TrialIndex] = {}
         self._lock = threading.Lock()
+        self._holding: list[TrialIndex] = []  # indexes that keep records, last used last
         self.cache: dict[tuple[Any, ...], Any] = {}  # derived pages, keyed with a version
+        # Derived pages being built in the background, by the key they will be cached under.
+        self.jobs: dict[tuple[Any, ...], Future[Any]] = {}
+        self.jobs_lock = threading.Lock()
 
-    def prefetch(self) -> threading.Thread:
+    def prefetch(self, then: Callable[[str], Any] | None = None) -> threading.Thread:
         """Read every run's trials in a background thread, newest run first, so the first
-        trials page a reader opens is served from memory (reading 20,000 records takes a
-        second or two of JSON parsing)."""
+        trials page a reader opens is served from memory; `then(run_id)` is called once the
+        newest run is read (to build its tables before anyone asks). Only the newest run
+        keeps its parsed records."""
 
         def work() -> None:
-            for run_dir in sorted(self.run_dirs(), key=lambda d: d.stat().st_mtime, reverse=True):
+            dirs = sorted(self.run_dirs(), key=lambda d: d.stat().st_mtime, reverse=True)
+            for i, run_dir in enumerate(dirs):
                 try:
-                    self.trials(self.run_id(run_dir))
+                    if i == 0:
+                        run_id = self.run_id(run_dir)
+                        self.trials(run_id)
+                        if then is not None:
+                            then(run_id)
+                        continue
+                    index = self._index(run_dir)
+                    with self._lock:
+                        if index not in self._holding:
+                            index.drop_records()  # rows only: its records are parsed on use
+                    index.refresh()
                 except (ViewError, OSError):
                     continue
 
@@ -318,20 +410,54 @@ class ResultsIndex:
         for run_dir in self.run_dirs():
             try:
                 index = self._indexes.get(run_dir)
-                done = len(index.refresh().rows) if index is not None else None
+                # A run being read (by the prefetch) is not waited for: its lines are counted.
+                fresh = index is not None and not index.lock.locked()
+                done = len(index.refresh().rows) if fresh and index is not None else None
                 rows.append(summarize(self.run_id(run_dir), run_dir, done))
             except RunError as exc:
                 problems.append(str(exc))
         rows.sort(key=lambda r: (r.started_at, r.run_id), reverse=True)
         return rows, problems
 
-    def trials(self, run_id: str) -> TrialIndex:
-        run_dir = self.run_dir(run_id)
+    def _index(self, run_dir: Path) -> TrialIndex:
         with self._lock:
             index = self._indexes.get(run_dir)
             if index is None:
                 index = self._indexes[run_dir] = TrialIndex(run_dir / TRIALS)
-        return index.refresh()
+            return index
+
+    def trials(self, run_id: str) -> TrialIndex:
+        """Run `run_id`'s trial index, brought up to date."""
+        index = self._index(self.run_dir(run_id)).refresh()
+        if index.holds_records:
+            self.used(index)
+        return index
+
+    def snapshot(self, run_id: str) -> tuple[TrialIndex, int, list[dict[str, Any]]]:
+        """Run `run_id`'s trial index, brought up to date, with a version and its records
+        (parsed again if they were let go; kept from now on, as the run's were used last)."""
+        index = self.trials(run_id)
+        version, records = index.snapshot()
+        self.used(index)
+        return index, version, records
+
+    def used(self, index: TrialIndex) -> None:
+        """Mark `index`'s records as used now; the records of runs used longest ago beyond
+        `KEEP_RECORDS` are let go."""
+        with self._lock:
+            if index in self._holding:
+                self._holding.remove(index)
+            self._holding.append(index)
+            while len(self._holding) > self.KEEP_RECORDS:
+                self._holding.pop(0).drop_records()
+
+    def let_go(self, index: TrialIndex) -> None:
+        """Let `index`'s records go now (a finished run whose tables are built has no more
+        use for them)."""
+        with self._lock:
+            if index in self._holding:
+                self._holding.remove(index)
+            index.drop_records()
 
     def cached(self, key: tuple[Any, ...], make: Any) -> Any:
         """`make()` once per `key` (a key names the version of what it was made from)."""

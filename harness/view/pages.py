@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -25,12 +24,10 @@ from harness.experiment.rundir import read_manifest
 from harness.view.data import OUTCOMES, ResultsIndex, TrialRow, ViewError, filter_rows
 from harness.view.timeline import align, trial_view
 
-#: Tables of a large run take seconds to build: the run page waits this long for them, then
-#: shows itself at once and fetches them when ready (htmx polls).
+#: Tables of a large run take a while to build: the run page waits this long for them,
+#: then shows itself at once and fetches them when ready (htmx polls).
 TABLES_WAIT_S = 1.0
 _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="atomix-view-tables")
-_JOBS: dict[tuple[Any, ...], Future[dict[str, Any]]] = {}
-_JOBS_LOCK = threading.Lock()
 
 #: Trials listed per page (the count of matches is always whole).
 PAGE_SIZE = 100
@@ -142,66 +139,86 @@ def _fmt_total(r: Any, table: Table) -> str:
     return f"sum {total:g} over {int(r['n'])} trials"
 
 
-def _run_tables(index: ResultsIndex, run_id: str) -> dict[str, Any]:
-    trials = index.trials(run_id)
+def _build_tables(index: ResultsIndex, run_id: str) -> dict[str, Any]:
+    """The run page's tables, verdicts and plot data, from the run's records as they are now
+    (each record parsed once: the index keeps them; one frame serves every table)."""
     manifest, config = _config(index, run_id)
-
-    def build() -> dict[str, Any]:
-        records = trials.records()
-        out: dict[str, Any] = {"tables": [], "problems": [], "verdicts": None}
-        if not records:
-            out["problems"].append("no trial records yet")
-            return out
-        df = records_frame(records)
-        metrics = {c.removeprefix("m.") for c in df.columns if c.startswith("m.")}
-        for spec in table_specs(config):
-            if spec.metric not in metrics:
-                out["problems"].append(f"table {spec.name}: the records have no metric {spec.metric!r}")
-                continue
-            try:
-                table = build_table(df, spec)
-            except ValueError as exc:
-                out["problems"].append(f"table {spec.name}: {exc}")
-                continue
-            table.overrides = overrides_caption(manifest)
-            disp = table.display
-            out["tables"].append({
-                "name": spec.name, "title": table.title, "rows_label": disp.index.name,
-                "columns": [str(c) for c in disp.columns],
-                "rows": [(str(i), [str(v) for v in disp.loc[i].tolist()]) for i in disp.index],
-                "footer": table.footer, "plot": json.dumps(_plot_data(table)),
-                "main": spec.name == main_table(config), "kind": spec.kind,
-                "row_is_mode": spec.rows == "mode",
-            })
-        try:
-            block: VerdictBlock | None = verdict_block(records, config)
-        except ValueError as exc:
-            out["problems"].append(f"verdicts: {exc}")
-            block = None
-        if block is not None:
-            out["verdicts"] = {"heading": block.heading, "note": block.note,
-                               "header": block.header(), "rows": block.display_rows(),
-                               "words": list(block.verdicts)}
+    trials, _, records = index.snapshot(run_id)
+    if manifest.get("status") != "running":
+        index.let_go(trials)  # built once: a finished run's tables are cached from now on
+    out: dict[str, Any] = {"tables": [], "problems": [], "verdicts": None}
+    if not records:
+        out["problems"].append("no trial records yet")
         return out
+    df = records_frame(records)
+    metrics = {c.removeprefix("m.") for c in df.columns if c.startswith("m.")}
+    for spec in table_specs(config):
+        if spec.metric not in metrics:
+            out["problems"].append(f"table {spec.name}: the records have no metric {spec.metric!r}")
+            continue
+        try:
+            table = build_table(df, spec)
+        except ValueError as exc:
+            out["problems"].append(f"table {spec.name}: {exc}")
+            continue
+        table.overrides = overrides_caption(manifest)
+        disp = table.display
+        out["tables"].append({
+            "name": spec.name, "title": table.title, "rows_label": disp.index.name,
+            "columns": [str(c) for c in disp.columns],
+            "rows": [(str(i), [str(v) for v in disp.loc[i].tolist()]) for i in disp.index],
+            "footer": table.footer, "plot": json.dumps(_plot_data(table)),
+            "main": spec.name == main_table(config), "kind": spec.kind,
+            "row_is_mode": spec.rows == "mode",
+        })
+    try:
+        block: VerdictBlock | None = verdict_block(records, config, frame=df)
+    except ValueError as exc:
+        out["problems"].append(f"verdicts: {exc}")
+        block = None
+    if block is not None:
+        out["verdicts"] = {"heading": block.heading, "note": block.note,
+                           "header": block.header(), "rows": block.display_rows(),
+                           "words": list(block.verdicts)}
+    return out
 
-    key = ("run", run_id, trials.version)
+
+def _tables_job(index: ResultsIndex, run_id: str) -> tuple[tuple[Any, ...], Future[dict[str, Any]] | None]:
+    """The cache key of run `run_id`'s tables as of now and, unless they are cached, the
+    build of them (started here if none is running: one build per version of the run, which
+    a page that polls while it runs waits for)."""
+    key = ("run", run_id, index.trials(run_id).version)
     if key in index.cache:
-        return dict(index.cache[key])
-    with _JOBS_LOCK:
-        job = _JOBS.get(key)
+        return key, None
+    with index.jobs_lock:
+        job = index.jobs.get(key)
         if job is None:
-            # One build per version of the run: a page that polls while it runs waits for it.
-            job = _JOBS[key] = _POOL.submit(build)
+            job = index.jobs[key] = _POOL.submit(_build_tables, index, run_id)
+    return key, job
+
+
+def start_tables(index: ResultsIndex, run_id: str) -> None:
+    """Start building run `run_id`'s tables in the background (a page asks for them later)."""
+    try:
+        _tables_job(index, run_id)
+    except ViewError:
+        pass  # the run went away: nothing to build
+
+
+def _run_tables(index: ResultsIndex, run_id: str) -> dict[str, Any]:
+    key, job = _tables_job(index, run_id)
+    if job is None:
+        return dict(index.cache[key])
     try:
         content = job.result(timeout=TABLES_WAIT_S)
     except FutureTimeout:
         return {"tables": [], "problems": [], "verdicts": None, "pending": True,
-                "records": len(trials.rows)}
+                "records": len(index.trials(run_id).rows)}
     except Exception as exc:  # noqa: BLE001 - shown on the page, never a blank 500
         content = {"tables": [], "problems": [f"cannot build the tables: {exc}"], "verdicts": None}
     index.cache[key] = content
-    with _JOBS_LOCK:
-        _JOBS.pop(key, None)
+    with index.jobs_lock:
+        index.jobs.pop(key, None)
     return dict(content)
 
 
