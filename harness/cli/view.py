@@ -70,6 +70,7 @@ def view(
     # Imported here: the web stack costs nothing to commands that do not serve pages.
     import uvicorn
 
+    from harness.experiment.interrupts import set_note
     from harness.view.app import create_app
     from harness.view.data import ViewError
 
@@ -85,6 +86,9 @@ def view(
                 s.bind((host, port))
             except OSError as exc:
                 fail(f"--port: cannot listen on {host}:{port} ({exc.strerror or exc})")
+    # A signal before uvicorn takes over stops a server, not a run: say so, not "nothing
+    # was written" about a run that never existed.
+    set_note("stopped the view server")
     shown = "localhost" if host in ("127.0.0.1", "::1") else host
     address = f"http://{shown}:{port}/"
     stdout().print(f"atomix view: serving {path.resolve()} at {address} (Ctrl-C to stop)",
