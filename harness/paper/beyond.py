@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.analysis.runs import load_run, write_run_report
+from harness.analysis.verdicts import run_verdicts, write_verdicts
 from harness.experiment.config import load_config
 
 #: Config stem -> what the section says the config shows.
@@ -39,6 +40,14 @@ def _data_version(run_dir: Path) -> str:
     return "not recorded"
 
 
+def _shown(run_dir: Path, out: Path) -> Path:
+    """The run directory relative to the output directory, as the rest of the file names runs."""
+    try:
+        return run_dir.resolve().relative_to(Path(out).resolve())
+    except ValueError:
+        return run_dir
+
+
 def beyond_paper_markdown(
     out: Path, jobs: int, configs_dir: Path, quick: bool,
     ensure_run: Callable[..., Path], say: Callable[[str], None],
@@ -59,14 +68,18 @@ def beyond_paper_markdown(
             overrides = {"trials": max(20, config.trials // 5)}
             config = load_config(configs_dir / f"{stem}.yaml", overrides=overrides)
         run_dir = ensure_run(config, out, jobs, say)
-        write_run_report(load_run(run_dir))  # the tables and verdicts `atomix run` writes
+        run = load_run(run_dir)
+        write_run_report(run)  # the tables and verdicts `atomix run` writes
+        block = run_verdicts(run)
+        if block is not None:
+            write_verdicts(block, run_dir / "tables")
         tables = run_dir / "tables"
         shown = [t.name for t in config.report.tables
                  if t.name == config.report.main or t.better is not None]
         parts += [
             f"### {stem}",
             "",
-            f"{what} `atomix run configs/{stem}.yaml`; run `{run_dir.relative_to(out)}`; "
+            f"{what} `atomix run configs/{stem}.yaml`; run `{_shown(run_dir, out)}`; "
             f"data: {_data_version(run_dir)}.",
             "",
         ]
