@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Harness wings from the bottom up; a module may import its own wing and the ones below.
 WINGS: tuple[tuple[str, ...], ...] = (
-    ("harness.errors", "harness.registry"),
+    ("harness.errors", "harness.registry", "harness.collector"),
     ("harness.world",),
     ("harness.modes", "baselines"),
     ("harness.agents",),

@@ -19,7 +19,6 @@ from harness.workloads.retail.reward import TRANSFER, communicated
 from harness.workloads.retail.substrate import RETAIL_TOOLS
 from harness.workloads.retail.workload import (
     PRIVATE_INSTRUCTIONS,
-    _domain_policy,
     _ticket,
     _tool_schemas,
 )
@@ -66,7 +65,7 @@ def test_no_private_instruction_reaches_the_model() -> None:
     policy and the ticket, and none of the user simulator's private instructions. The check
     can fail: the ticket tau2's retail tasks used to be given (all four parts) holds them."""
     data = load_retail()
-    policy = _domain_policy(None)
+    policy = data.policy
     assert policy.strip()
     config = AgentConfig(kind="llm", model="m", base_url="http://127.0.0.1:1/v1", max_steps=30)
     leaked_before = 0

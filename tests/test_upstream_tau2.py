@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 import upstream_tau2 as up
 
+from harness.collector import collector_paused
 from harness.workloads.retail.data import KNOWN_TASK_SETS, tau2_data_version, upstream_data_dir
 
 _MISSING = up.missing_upstream()
@@ -184,7 +185,7 @@ def _gold_trials(dom: up.Domain, monkeypatch: pytest.MonkeyPatch) -> Iterator[tu
             config="upstream-oracle", workload=dom.workload, mode="tx-full", cell_id="fp=0",
             cell={"fp": 0.0}, trial=index, seed=2026, params=dict(dom.trial_params),
             agent=AgentConfig(kind="gold"))
-        with up.gc_paused():
+        with collector_paused():
             record = trial_module.run_trial(spec)
         assert record["agents"][0]["task"] == f"task{task['id']}"
         yield task, dict(record), finals.pop(index)

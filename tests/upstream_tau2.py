@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import hashlib
 import importlib
 import json
@@ -45,6 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Validating, dumping and hashing these DBs allocates hundreds of thousands of objects per call,
+# and every burst set off full collections that traced every object alive (both sides' cached DBs
+# and models): most of this test's time. Hence `collector_paused` around them: upstream's
+# environments and DB models hold no reference cycles, nor do our JSON-like DBs.
+from harness.collector import collector_paused
 from harness.workloads.retail.data import UPSTREAM_INSTALL, canonical, upstream_data_dir
 
 DOMAINS = ("retail", "airline")
@@ -76,24 +80,6 @@ def missing_upstream() -> str | None:
 
 def upstream_required() -> bool:
     return os.environ.get(REQUIRED_ENV, "") not in ("", "0")
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Run the block with the cyclic garbage collector off.
-
-    Validating, dumping and hashing these DBs allocates hundreds of thousands of objects per
-    call, and every burst set off full collections that traced every object alive (both
-    sides' cached DBs and models): most of this test's time. Nothing the block builds needs
-    the collector to be freed (upstream's environments and DB models hold no reference
-    cycles, nor do our JSON-like DBs); cyclic garbage of a trial waits until it is back on."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @dataclass(frozen=True)
@@ -186,10 +172,10 @@ def upstream_environment(name: str, db: Any = None) -> Any:
     `db` is one of its DB models or JSON data to validate into a fresh one."""
     module = _environment_module(name)
     if db is None:
-        with gc_paused():
+        with collector_paused():
             return module.get_environment()
     if isinstance(db, Mapping):
-        with gc_paused():
+        with collector_paused():
             db = _db_model(name).model_validate(db)
     return module.get_environment(db=db)
 
@@ -275,7 +261,7 @@ def start(name: str) -> Start:
 
     dom = _our_domain(name)
     model = _db_model(name)
-    with gc_paused():
+    with collector_paused():
         raw = json.loads(upstream_raw_db(name))
         types = _record_types(model)
         if set(raw) != set(types):
@@ -359,12 +345,12 @@ class ModelPool:
         if self._free:
             model = self._free.pop()
         else:
-            with gc_paused():
+            with collector_paused():
                 model = self.start.model.model_validate(marshal.loads(self.start.image))
             self.built += 1
         lease = Lease(model, self.start)
         yield lease  # on an exception the model is dropped
-        with gc_paused():
+        with collector_paused():
             self._restore(model, lease.touched())
         self._free.append(model)
 
@@ -506,7 +492,7 @@ def _sorted(changes: list[Change]) -> tuple[Change, ...]:
 def replay_ours(name: str, actions: Actions) -> Replay:
     dom, st = _our_domain(name), start(name)
     errors = []
-    with gc_paused():
+    with collector_paused():
         db = dom.initial_db()
         for index, (tool, args) in enumerate(actions):
             try:
@@ -523,7 +509,7 @@ def replay_upstream(name: str, actions: Actions) -> Replay:
     refusal is a ValueError; anything else it raises is a bug here and propagates."""
     st = start(name)
     errors = []
-    with gc_paused(), pool(name).lease() as lease:
+    with collector_paused(), pool(name).lease() as lease:
         env = upstream_environment(name, lease.model)
         for index, (tool, args) in enumerate(actions):
             try:
@@ -563,7 +549,7 @@ def upstream_evaluate(name: str, task: Mapping[str, Any], final_db: Mapping[str,
 
     st, models = start(name), pool(name)
     built: list[str] = []
-    with gc_paused(), models.lease() as predicted, models.lease() as gold:
+    with collector_paused(), models.lease() as predicted, models.lease() as gold:
         apply_ours(st, predicted.model, final_db)
 
         def constructor(**kwargs: Any) -> Any:

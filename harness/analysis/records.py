@@ -13,16 +13,16 @@ table and plot uses.
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
+
+from harness.collector import collector_paused
 
 __all__ = [
     "BASE_COLUMNS",
@@ -379,27 +379,13 @@ def _checked(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return out
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for the block (as it was, after).
-
-    Building a frame from a run's records allocates tens of thousands of short-lived
-    containers; a collection they trigger walks every object alive, the records themselves
-    included, and can cost more than the building. Nothing built here forms a cycle, so
-    the collector has nothing to find in the meantime."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _frame(
     recs: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None, full: bool
 ) -> pd.DataFrame:
-    with _collector_paused():
+    # Building a frame from a run's records allocates tens of thousands of short-lived
+    # containers; a collection they trigger walks every object alive, the records themselves
+    # included, and can cost more than the building. Nothing built here forms a cycle.
+    with collector_paused():
         return _build_frame(recs, metrics, full)
 
 

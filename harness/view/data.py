@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.collector import collector_paused
 from harness.errors import RunError
 from harness.experiment.rundir import MANIFEST, TRIALS, read_manifest, settle_status
 
@@ -131,7 +132,7 @@ FREEZE_AFTER = 2000
 def _parsing(records: list[Any]) -> Iterator[None]:
     """The cyclic garbage collector off while records are parsed into `records`; if many
     were, everything alive is then frozen (`gc.freeze`), as the workloads do with their
-    shared data (`harness.workloads.retail.data.freeze_long_lived`).
+    shared data (`harness.workloads.tau2_data.freeze_long_lived`).
 
     Parsing a run's records allocates hundreds of thousands of containers that stay alive
     as long as the view serves the run; every full collection after would walk all of them
@@ -139,13 +140,10 @@ def _parsing(records: list[Any]) -> Iterator[None]:
     Parsed JSON holds no cycles, so there is nothing in them for the collector to find, and
     a record let go is still freed (by its reference count)."""
     before = len(records)
-    enabled = gc.isenabled()
-    gc.disable()
     try:
-        yield
+        with collector_paused():
+            yield
     finally:
-        if enabled:
-            gc.enable()
         if len(records) - before >= FREEZE_AFTER:
             gc.freeze()
 

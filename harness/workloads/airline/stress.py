@@ -60,7 +60,7 @@ from harness.workloads.airline.workload import (
     setup_store,
 )
 from harness.workloads.base import DelayRange, Scenario, WorkloadParams
-from harness.workloads.retail.data import tau2_data_version
+from harness.workloads.tau2_data import tau2_data_version
 from harness.world.substrates import TrialEnv
 
 CABIN = "economy"

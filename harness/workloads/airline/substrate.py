@@ -49,10 +49,11 @@ from atomix.adapters import OpLog
 from atomix.effects import EffectClass
 from harness.workloads.airline.calls import TOOLS, AirlineTool, call_tool
 from harness.workloads.airline.tools import AirlineToolError
-from harness.workloads.retail.cow import RecordTable, db_sha256, fork_db
+from harness.workloads.retail.cow import RecordTable, db_sha256
 from harness.workloads.retail.data import canonical
+from harness.workloads.tau2_store import Tau2Store, store_tool_parts
 from harness.world.substrates import TrialEnv
-from harness.world.tooling import Delivery, Reread, ToolDef, ToolError
+from harness.world.tooling import Reread, ToolDef, ToolError
 
 SUBSTRATE = "airline"
 
@@ -95,20 +96,18 @@ def _gift_balances(user: Mapping[str, Any] | None) -> dict[str, float]:
     return {pid: m["amount"] for pid, m in methods.items() if m.get("source") == "gift_card"}
 
 
-class AirlineStore:
-    """One trial's airline DB. A call with a key already applied returns the first result and
-    changes nothing; every landed write is in `ledger`, in order, with what it did."""
+class AirlineStore(Tau2Store):
+    """One trial's airline DB (a `Tau2Store`): every landed write is in `ledger`, in order,
+    with what it did."""
+
+    substrate = SUBSTRATE
+    tools = TOOLS
+    tool_error = AirlineToolError
+    run_tool = staticmethod(call_tool)
 
     def __init__(self, db: dict[str, Any], oplog: OpLog | None = None) -> None:
-        self.db = db
-        self._oplog = oplog
-        self._results: dict[str, Any] = {}
-        self._sha: str | None = None
+        super().__init__(db, oplog)
         self.ledger: list[Application] = []
-
-    def _log(self, scope: str, kind: str, key: str | None, meta: Mapping[str, Any] | None) -> None:
-        if self._oplog is not None:
-            self._oplog.append(SUBSTRATE, scope, kind, key=key, meta=meta)
 
     def _peek_reservation(self, rid: Any) -> dict[str, Any] | None:
         table = self.db["reservations"]
@@ -122,32 +121,18 @@ class AirlineStore:
             return None
         return table.peek(user_id) if hasattr(table, "peek") else table[user_id]
 
-    def call(self, name: str, args: dict[str, Any], *, key: str | None, meta: Mapping[str, Any]) -> Any:
-        tool = TOOLS[name]
-        reads, writes = tool.scopes(self.db, args)
-        if key is not None and key in self._results:
-            for scope in writes:
-                self._log(scope, "dedup", key, meta)
-            return copy.deepcopy(self._results[key])
-        app = self._before(name, args, meta, writes) if tool.writes else None
+    def _apply(self, name: str, args: dict[str, Any], writes: list[str], meta: Mapping[str, Any]) -> Any:
+        app = self._before(name, args, meta, writes) if TOOLS[name].writes else None
         try:
-            result = call_tool(self.db, name, args)
-        except AirlineToolError as exc:
+            result = self._run(self.db, name, args)
+        except ToolError:
             self._sha = None  # upstream may have changed something before it failed
-            raise ToolError(str(exc)) from exc
-        for scope in reads:
-            self._log(scope, "read", None, meta)
-        if writes:
-            self._sha = None
-        for scope in writes:
-            self._log(scope, "write", key, meta)
+            raise
         if app is not None:
             # A no-op application (a change to what was already there) is recorded too, so
             # its compensation is logged; it undoes nothing in the DB.
             app.noop = not self._after(app, args, result)
             self.ledger.append(app)
-        if key is not None and writes:
-            self._results[key] = copy.deepcopy(result)
         return result
 
     def _before(self, name: str, args: Mapping[str, Any], meta: Mapping[str, Any], writes: list[str]) -> Application:
@@ -232,17 +217,8 @@ class AirlineStore:
             if pid in user["payment_methods"]:
                 user["payment_methods"][pid]["amount"] += taken
 
-    def check(self, name: str, args: dict[str, Any]) -> None:
-        """Validate a write's preconditions without changing anything (a TCC try)."""
-        try:
-            call_tool(fork_db(self.db), name, args)
-        except AirlineToolError as exc:
-            raise ToolError(str(exc)) from exc
-
-    def snapshot(self) -> dict[str, Any]:
-        if self._sha is None:
-            self._sha = airline_sha256(self.db)
-        return {"db_sha256": self._sha}
+    def _hash(self) -> str:
+        return airline_sha256(self.db)
 
 
 def airline_sha256(db: Mapping[str, Any]) -> str:
@@ -343,16 +319,7 @@ def _tool_key(name: str, args: Mapping[str, Any]) -> str:
 
 def _tooldef(at: AirlineTool) -> ToolDef:
     name = at.name
-
-    def reads(env: TrialEnv, a: dict[str, Any]) -> list[str]:
-        return at.scopes(store(env).db, a)[0]
-
-    def writes(env: TrialEnv, a: dict[str, Any]) -> list[str]:
-        return at.scopes(store(env).db, a)[1]
-
-    def run(env: TrialEnv, a: dict[str, Any], d: Delivery) -> Any:
-        return store(env).call(name, a, key=d.key, meta=d.meta)
-
+    reads, writes, run = store_tool_parts(at, store)
     if not at.writes:
         return ToolDef(name, None, reads, lambda env, a: [], run)
     common: dict[str, Any] = {

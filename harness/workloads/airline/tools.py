@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from harness.workloads.retail.tools import RetailToolError
+from harness.workloads.retail.tools import DB, RetailToolError
 from harness.workloads.retail.tools import calculate as _retail_calculate
 
 __all__ = [
@@ -41,9 +41,6 @@ __all__ = [
     "Passenger",
     "Payment",
 ]
-
-DB = dict[str, Any]
-Scopes = tuple[list[str], list[str]]
 
 NEW_RESERVATION_IDS = ("HATHAT", "HATHAU", "HATHAV")
 NEW_PAYMENT_IDS = (3221322, 3221323, 3221324)

