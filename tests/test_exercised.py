@@ -19,16 +19,11 @@ import pytest
 from rich.console import Console
 
 from harness.analysis import runs as reporting
+from harness.analysis.exercised import exercised_frame, is_exercised
 from harness.analysis.paired import paired_compare
 from harness.analysis.paired_render import paired_csv
 from harness.analysis.plots import bar_plot, line_plot
-from harness.analysis.records import (
-    EXERCISED_COUNTS,
-    REQUIRES,
-    exercised_frame,
-    is_exercised,
-    records_frame,
-)
+from harness.analysis.records import EXERCISED_COUNTS, REQUIRES, records_frame
 from harness.analysis.render import to_csv, to_latex, to_markdown, to_rich
 from harness.analysis.report import write_report
 from harness.analysis.table import NOT_EXERCISED_TEXT, TableSpec, build_table

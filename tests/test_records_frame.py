@@ -11,13 +11,12 @@ import pandas as pd
 import pytest
 
 from harness.analysis import records as R
+from harness.analysis.exercised import _sum_known, exercised_counts, exercised_counts_by
 from harness.analysis.records import (
     B_COLUMNS,
     BASE_COLUMNS,
     UNJUDGED_COLUMN,
     X_COLUMNS,
-    exercised_counts,
-    exercised_counts_by,
     exercised_records_frame,
     normalize,
     normalized,
@@ -139,12 +138,12 @@ def test_counts_for_all_groups_are_the_counts_of_each(requires: str | None) -> N
         sub = df.iloc[index]
         want: dict[str, Any] = {}
         for name in R.EXERCISED_COUNTS:
-            want[name] = R._sum_known(sub[f"x.{name}"].tolist())
+            want[name] = _sum_known(sub[f"x.{name}"].tolist())
         armed = sub["x.faults_armed"].tolist()
         want["faults_armed"] = bool(armed) and all(normalize(a) is True for a in armed)
         if requires and requires.startswith("metric:"):
             col = f"m.{requires.removeprefix('metric:')}"
-            want[requires] = R._sum_known(sub[col].tolist()) if col in sub.columns else None
+            want[requires] = _sum_known(sub[col].tolist()) if col in sub.columns else None
         assert by[key] == want, key
         assert [type(v) for v in by[key].values()] == [type(v) for v in want.values()]
         assert exercised_counts(df, index, requires) == want

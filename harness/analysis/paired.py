@@ -24,7 +24,7 @@ Every p-value printed in one comparison is adjusted together by Holm's step-down
 
 A pair is matched on ``(cell_id, seed, trial)``; a trial present under one mode only, or
 with the metric missing, is left out and counted as unmatched. A (cell, mode) whose trials
-did not exercise what the comparison requires (``harness.analysis.records.is_exercised``) is shown
+did not exercise what the comparison requires (``harness.analysis.exercised.is_exercised``) is shown
 but not tested.
 """
 

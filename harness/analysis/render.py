@@ -16,8 +16,9 @@ import pandas as pd
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from harness.analysis.exercised import exercised_frame
 from harness.analysis.latex import table_latex
-from harness.analysis.records import EXERCISED_COUNTS, FAULT_CLASSES, exercised_frame, normalize
+from harness.analysis.records import EXERCISED_COUNTS, FAULT_CLASSES, normalize
 from harness.analysis.table import Table
 
 __all__ = [

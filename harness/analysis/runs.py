@@ -22,12 +22,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.analysis.exercised import exercised_counts_by, is_exercised
 from harness.analysis.records import (
     METRIC_REQUIREMENT,
-    exercised_counts_by,
     exercised_records_frame,
     format_value,
-    is_exercised,
     records_frame,
 )
 from harness.analysis.render import EXERCISED_NAME, write_exercised, write_table

@@ -21,14 +21,13 @@ from typing import Any
 
 import pandas as pd
 
+from harness.analysis.exercised import exercised_counts_by, is_exercised
 from harness.analysis.records import (
     EXERCISED_COUNTS,
     REQUIRES,
     UNJUDGED_COLUMN,
-    exercised_counts_by,
     format_value,
     is_bool,
-    is_exercised,
     is_requirement,
     metric_bounds,
     normalize,

@@ -98,7 +98,7 @@ class RetriesModel(StrictModel):
 
 
 # What must have occurred in a cell for it to be a result (else "n/a (not exercised)");
-# None: the default rule of harness.analysis.records.is_exercised.
+# None: the default rule of harness.analysis.exercised.is_exercised.
 # "metric:NAME": the cell's trials summed the workload's metric NAME above 0.
 _REQUIRES_NAMES = (
     "faults", "F1", "F2", "F3", "F4", "F5",

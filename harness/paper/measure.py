@@ -157,7 +157,7 @@ def measure(
 
 
 def _why_not(requires: str | None) -> str:
-    """What did not occur in a cell that was not exercised (see `records.is_exercised`)."""
+    """What did not occur in a cell that was not exercised (see `harness.analysis.exercised.is_exercised`)."""
     if requires is None:
         return "the cell injects faults but none was injected in its trials"
     if requires == "faults" or requires.startswith("F"):
