@@ -1,10 +1,11 @@
 """The random-kill crash harness: SIGKILL a two-thread program at a random time, recover
 (sometimes killing the recovery too), and judge every run from the stores alone.
 
-The program, the kill schedule and the judge are in tests/crash_child.py. Each run's seed fixes
-the program and the kill time as a fraction of the program's measured duration (uniform, not at
-named points), so a kill lands anywhere: opening the log, a reversible call, staging, concurrent
-savepoints, the intent, the committed mark, mid-apply, a compensation, the done mark.
+The program is in tests/crash_program.py, the kill schedule in tests/crash_child.py and the
+judge in tests/crash_judge.py. Each run's seed fixes the program and the kill time as a fraction
+of the program's measured duration (uniform, not at named points), so a kill lands anywhere:
+opening the log, a reversible call, staging, concurrent savepoints, the intent, the committed
+mark, mid-apply, a compensation, the done mark.
 
     pytest -q tests/test_random_kills.py                           # the default count (50 runs)
     ATOMIX_CRASH_RUNS=600 pytest -q tests/test_random_kills.py     # the full count (>= 500 program kills)
@@ -27,17 +28,9 @@ import time
 from pathlib import Path
 
 import pytest
-from crash_child import (
-    Ledger,
-    Stores,
-    Timing,
-    Verdict,
-    calibrate,
-    control_run,
-    judge,
-    make_program,
-    run_one,
-)
+from crash_child import Timing, calibrate, control_run, run_one
+from crash_judge import Stores, Verdict, judge
+from crash_program import Ledger, make_program
 
 RUNS = int(os.environ.get("ATOMIX_CRASH_RUNS", "50"))
 FIRST_SEED = int(os.environ.get("ATOMIX_CRASH_SEED", "0"))
