@@ -15,12 +15,14 @@ import pytest
 
 from harness.bench import contention_processes as cp
 
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tau_contention.yaml"
+
 AGENTS = 3
 TRIALS = 3
 
 
 def test_a_coordinator_keeps_the_invariants_across_processes(tmp_path: Path) -> None:
-    params, seed = cp.contention_params(AGENTS)
+    params, seed = cp.contention_params(AGENTS, CONFIG)
     url = f"sqlite://{tmp_path}/coordinator.db"
     with_coordinator = cp.run_mode(url, AGENTS, TRIALS, workdir=tmp_path / "tx", params=params,
                                    seed=seed)
@@ -37,14 +39,14 @@ def test_a_coordinator_keeps_the_invariants_across_processes(tmp_path: Path) -> 
     assert sum(control.violations) > 0, control.violations
     assert control.aborts == 0  # each process alone sees no conflict: the updates are lost
 
-    virtual = cp.virtual_run(AGENTS, TRIALS)
+    virtual = cp.virtual_run(AGENTS, TRIALS, CONFIG)
     assert virtual.violations == [0] * TRIALS
 
 
 def test_the_oracle_counts_a_lost_update(tmp_path: Path) -> None:
     """The judge is the scenario's own oracle: an agent reported committed whose tag is not
     in its order's row is a violation."""
-    params, seed = cp.contention_params(AGENTS)
+    params, seed = cp.contention_params(AGENTS, CONFIG)
     sc = cp.scenario(params, seed, 0)
     rows = tmp_path / "rows.db"
     cp.seed_rows(rows, sc)

@@ -66,10 +66,20 @@ def _append_run(url: str, tmp: Path, *, processes: int, keys: int, commits: int,
     children = spawn(configs, tmp / "go")
     (tmp / "go").touch()
     rng = random.Random(seed)
-    victims = rng.sample(children, kill)
-    for victim in victims:
-        time.sleep(rng.uniform(0.2, 1.0))
-        victim.proc.send_signal(signal.SIGKILL)
+    victims = rng.sample(range(len(children)), kill)
+    for index in victims:
+        # Killed mid-run, whatever the machine's speed: once it has acknowledged a commit
+        # (so it holds work a survivor must take over), at a random moment soon after.
+        history = Path(str(configs[index]["history"]))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and children[index].proc.poll() is None:
+            if history.is_file() and '"ok"' in history.read_text(encoding="utf-8"):
+                break
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.0, 0.02))
+        assert children[index].proc.poll() is None, (
+            f"process {index} finished before its kill: give it more commits")
+        children[index].proc.send_signal(signal.SIGKILL)
     results = wait_all(children, 600)
     txs = load_history([Path(str(c["history"])) for c in configs])
     verdict = check(txs, final_lists(tmp / "data" / "rows.db", keys))
@@ -93,7 +103,7 @@ def test_killed_processes_are_recovered_by_survivors(url: str, tmp_path: Path) -
     lease, from their logs; nothing acknowledged is lost, nothing duplicated or half-applied,
     and the history has no anomaly."""
     run, results = _append_run(
-        url, tmp_path, processes=8, keys=3, commits=40 if FULL else 15, seconds=120,
+        url, tmp_path, processes=8, keys=3, commits=80 if FULL else 30, seconds=120,
         log=True, lease=1.0, heartbeat=0.2, kill=3 if FULL else 2, seed=7,
     )
     verdict = run["verdict"]

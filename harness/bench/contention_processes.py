@@ -63,7 +63,9 @@ from harness.workloads.retail.tools import TOOLS, RetailToolError, call_tool
 from harness.workloads.retail.workload import TauContentionWorkload
 from harness.world.substrates import TrialEnv
 
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tau_contention.yaml"
+# Relative to the working directory, as every command of the README runs from a checkout
+# (an installed package carries no configs/).
+CONFIG = Path("configs") / "tau_contention.yaml"
 TABLE = "orders"
 #: The tools whose whole state is one order record: the ones tau_contention's tasks call
 #: (without `notify`). Another tool would need records this module does not share.
