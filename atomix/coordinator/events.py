@@ -2,8 +2,8 @@
 
 An event names the core method and its arguments in JSON; replaying it on a replica calls
 the same method with the same arguments, so every replica makes the same decision (the core
-is deterministic and reads no clock). The appender records the kind of decision it got
-(`d`); a replica that gets another kind has diverged, and says so loudly.
+is deterministic and reads no clock). Two events are the coordinator's own: a fence (a
+member's later events are skipped) and the settlement of a dead member's transactions.
 
 Effects travel as stubs (tool, class, scopes, key): a replica needs them for ordering and
 staleness, never to run them. Only the process that staged an effect holds its functions.
@@ -11,9 +11,9 @@ staleness, never to run them. Only the process that staged an effect holds its f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from atomix.decisions import Resolution
 from atomix.effects import REVERSIBLE, AbortSource, Effect, EffectClass
 from atomix.manager import TransactionManager
 from atomix.scopes import Scope
@@ -34,6 +34,8 @@ SAVEPOINT = "savepoint"
 RELEASE = "release"
 REVOKE = "revoke"
 RESERVE = "reserve"
+FENCE = "fence"
+SETTLE = "settle"
 
 
 def scope_out(scope: Scope) -> list[Any]:
@@ -69,59 +71,54 @@ def effect_in(data: list[Any]) -> Effect:
     )
 
 
-def decision_kind(result: Any) -> str:
-    """What the appender records of its decision, for the replicas to compare."""
-    if isinstance(result, tuple):  # finish: (settlement, ready)
-        return str(result[0].outcome)
-    if isinstance(result, int):  # a savepoint's number
-        return f"int:{result}"
-    if isinstance(result, Resolution):
-        decision = result.decision
-        return "none" if decision is None else type(decision).__name__
-    return type(result).__name__
-
-
-def apply(core: TransactionManager, body: dict[str, Any]) -> Any:
-    """Replay one event on a replica's core; returns what the core returned."""
+def call(core: TransactionManager, body: dict[str, Any]) -> Callable[[], Any]:
+    """One event's call on a replica's core, its arguments read (a body that cannot be read
+    raises here; the call itself may still be refused by the core when it is made)."""
     kind = body["k"]
     if kind == BEGIN:
-        return core.begin(group=body.get("g"), trace=body.get("tr"), branch=body.get("b", 0))
-    txid = int(body.get("t", 0))
+        group, trace, branch = body.get("g"), body.get("tr"), body.get("b", 0)
+        return lambda: core.begin(group=group, trace=trace, branch=branch)
+    if kind in (RESOLVE, ABORT_GROUP):
+        group = body["g"]
+        if kind == RESOLVE:
+            winner = int(body["w"])
+            return lambda: core.resolve(group, winner, forget=True)
+        keep = body.get("keep")
+        return lambda: core.abort_group(group, keep=keep, forget=True)
+    txid = int(body["t"])
     if kind == READ:
-        return core.read(txid, [scope_in(s) for s in body["s"]])
+        scopes = [scope_in(s) for s in body["s"]]
+        return lambda: core.read(txid, scopes)
     if kind == EXTERNALIZE:
-        return core.externalize(
-            txid, tuple(scope_in(s) for s in body["s"]), tuple(scope_in(s) for s in body["r"])
-        )
+        writes = tuple(scope_in(s) for s in body["s"])
+        reads = tuple(scope_in(s) for s in body["r"])
+        return lambda: core.externalize(txid, writes, reads)
     if kind == RESERVE:
-        return core.reserve(txid, [scope_in(s) for s in body["s"]])
+        scopes = [scope_in(s) for s in body["s"]]
+        return lambda: core.reserve(txid, scopes)
     if kind == STAGE:
-        return core.stage(txid, effect_in(body["x"]), body.get("sp"))
+        effect, savepoint = effect_in(body["x"]), body.get("sp")
+        return lambda: core.stage(txid, effect, savepoint)
     if kind == SEAL:
-        core.seal(txid)
-        return None
+        return lambda: core.seal(txid)
     if kind == COMMIT:
-        return core.try_commit(txid)
-    if kind == ABORT:
-        return core.abort(txid, AbortSource(body["src"]), body.get("det", ""))
+        return lambda: core.try_commit(txid)
+    if kind in (ABORT, REVOKE):
+        source, detail = AbortSource(body["src"]), str(body.get("det", ""))
+        if kind == ABORT:
+            return lambda: core.abort(txid, source, detail)
+        return lambda: core.revoke_commit(txid, source, detail)
     if kind == FINISH:
-        return core.finish(
-            txid,
-            residue=[effect_in(e) for e in body.get("res", ())],
-            failed_applies=[effect_in(e) for e in body.get("fail", ())],
-            forget=True,
-        )
+        residue = [effect_in(e) for e in body.get("res", ())]
+        failed = [effect_in(e) for e in body.get("fail", ())]
+        return lambda: core.finish(txid, residue=residue, failed_applies=failed, forget=True)
     if kind == ROLLBACK:
-        return core.rollback_to(txid, body["m"])
+        mark = int(body["m"])
+        return lambda: core.rollback_to(txid, mark)
     if kind == SAVEPOINT:
-        return core.savepoint(txid, body.get("p"))
+        parent = body.get("p")
+        return lambda: core.savepoint(txid, parent)
     if kind == RELEASE:
-        core.release(txid, body["m"])
-        return None
-    if kind == REVOKE:
-        return core.revoke_commit(txid, AbortSource(body["src"]), body.get("det", ""))
-    if kind == RESOLVE:
-        return core.resolve(body["g"], body["w"], forget=True)
-    if kind == ABORT_GROUP:
-        return core.abort_group(body["g"], keep=body.get("keep"), forget=True)
+        mark = int(body["m"])
+        return lambda: core.release(txid, mark)
     raise ValueError(f"unknown coordinator event kind {kind!r}")

@@ -2,11 +2,15 @@
 
 With psycopg 3 and its pool:
 
-- an append is one transaction that first takes a transaction-scoped advisory lock
-  (`pg_advisory_xact_lock`), so appends are serialised and commit in log order, then reads
-  the events its replica has not seen (READ COMMITTED: a statement after the lock sees every
-  append committed before it), then inserts its own and, when they can wake a waiter,
-  `NOTIFY`s; the lock goes with the commit;
+- an append takes no lock: one statement (one round trip, autocommit) checks the member is
+  live, inserts its batch at the sequence's next value, and reads the events between the
+  caller's last seen position and its own. Positions are handed out in `nextval` order but
+  committed in any order, so that read can miss an earlier position still in flight (or one
+  whose appender failed): a hole. The reader fills every hole it finds with an empty batch
+  (`INSERT ... ON CONFLICT DO NOTHING`, which waits for the in-flight appender's insert and
+  keeps it if it commits) and reads again, so every reader sees the same gapless log. An
+  appender that lost its position to a filler (it took `nextval` and was slower to insert
+  than the filler) gets a unique violation and appends again at a new position;
 - waiters `LISTEN` on a connection of their own and catch up when notified;
 - leases are rows whose heartbeat is the server's clock (`now()`), so hosts' clocks do not
   matter; a recoverer takes a fenced member's row `FOR UPDATE SKIP LOCKED` and holds it in an
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from atomix.coordinator.store import (
@@ -30,8 +34,7 @@ from atomix.coordinator.store import (
     Event,
     Fenced,
     Member,
-    Step,
-    dumps,
+    dumps_batch,
     loads,
 )
 
@@ -45,6 +48,8 @@ except ImportError as _exc:  # pragma: no cover - depends on the install
     ) from _exc
 
 CHANNEL = "atomix_events"
+# An appender whose position a hole filler took appends again, at most this many times.
+_APPEND_TRIES = 50
 # The advisory lock's key: one 64-bit number for every append of this database's coordinator.
 LOCK_KEY = 0x41544F4D4958  # "ATOMIX"
 
@@ -52,25 +57,43 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS atomix_meta (name text PRIMARY KEY, value text NOT NULL);
 CREATE TABLE IF NOT EXISTS atomix_events (
     seq bigint PRIMARY KEY, member integer NOT NULL, body text NOT NULL);
+CREATE SEQUENCE IF NOT EXISTS atomix_event_seq;
 CREATE TABLE IF NOT EXISTS atomix_members (
     id serial PRIMARY KEY, status text NOT NULL, heartbeat timestamptz NOT NULL,
     log_dir text, pid integer NOT NULL, host text NOT NULL);
 """
 
 
-_LOCK = f"SELECT pg_advisory_xact_lock({LOCK_KEY})"
-# The member's status first (seq -1), then the events after `since`.
-_READ = (
-    "SELECT * FROM (SELECT -1 AS seq, 0 AS member, status AS body FROM atomix_members "
-    "WHERE id = %s UNION ALL SELECT seq, member, body FROM atomix_events WHERE seq > %s) AS q "
-    "ORDER BY seq"
+# One round trip: the member's status (seq -1), the events after `since` that this statement's
+# snapshot sees below the new row, and the new row's position (member -2). A fenced member
+# inserts nothing. {notify}: wake the listeners.
+_APPEND = """
+WITH st AS (SELECT status FROM atomix_members WHERE id = %(m)s),
+ins AS (
+    INSERT INTO atomix_events (seq, member, body)
+    SELECT nextval('atomix_event_seq'), %(m)s, %(b)s WHERE (SELECT status FROM st) = 'live'
+    RETURNING seq)
+SELECT -1::bigint, 0, coalesce((SELECT status FROM st), 'unknown')
+UNION ALL
+SELECT e.seq, e.member, e.body FROM atomix_events AS e
+    WHERE e.seq > %(s)s AND e.seq < (SELECT seq FROM ins)
+UNION ALL
+SELECT seq, -2, NULL FROM ins{notify}
+ORDER BY 1
+"""
+# Never in the append's own statement: a recoverer holds a fenced member's row (`claim`) while
+# it reads the log, and its read waits for every insert in flight; an insert that waited for
+# that row in turn would never end.
+_RENEW = "UPDATE atomix_members SET heartbeat = now() WHERE id = %s AND status = 'live'"
+_NOTIFY_ROW = f"""
+UNION ALL
+SELECT -3::bigint, 0, NULL FROM (SELECT pg_notify('{CHANNEL}', '')) AS n"""
+_FILL = (
+    "INSERT INTO atomix_events (seq, member, body) SELECT g, 0, '[]' "
+    "FROM unnest(%s::bigint[]) AS g ON CONFLICT (seq) DO NOTHING"
 )
-_INSERT = (
-    "INSERT INTO atomix_events (seq, member, body) "
-    "SELECT s, %s, b FROM unnest(%s::bigint[], %s::text[]) AS u(s, b)"
-)
-_NOTIFY = f"SELECT pg_notify('{CHANNEL}', %s)"
-_RENEW = "UPDATE atomix_members SET heartbeat = now() WHERE id = %s"
+_READ_SEQS = "SELECT seq, member, body FROM atomix_events WHERE seq = ANY(%s) ORDER BY seq"
+_STATEMENTS = {notify: _APPEND.format(notify=_NOTIFY_ROW if notify else "") for notify in (False, True)}
 
 
 class PostgresStore:
@@ -89,6 +112,11 @@ class PostgresStore:
                 conn.execute(f"SELECT pg_advisory_lock({LOCK_KEY})")
                 try:
                     conn.execute(_SCHEMA)
+                    # A log written before positions came from the sequence: start after it.
+                    conn.execute(
+                        "SELECT setval('atomix_event_seq', m) FROM (SELECT max(seq) AS m FROM "
+                        "atomix_events) AS e WHERE m > (SELECT last_value FROM atomix_event_seq)"
+                    )
                 finally:
                     conn.execute(f"SELECT pg_advisory_unlock({LOCK_KEY})")
             self._pool = ConnectionPool(
@@ -205,56 +233,70 @@ class PostgresStore:
             )
 
     # -- the log ---------------------------------------------------------------------------
-    def append(self, member: int, since: int, step: Step) -> tuple[Any, int]:
-        # Two round trips, in pipeline mode: (BEGIN, lock, read) and (insert, notify, renew,
-        # COMMIT). The lock is held from the first to the second: one round trip and the
-        # replica's step, which is what bounds the appends per second of the whole log. The
-        # lock and the read must be two statements: a statement's snapshot is taken before
-        # it runs, so a read in the locking statement could miss the last holder's events.
+    def append(
+        self, member: int, since: int, batch: Sequence[dict[str, Any]], *, notify: bool = False
+    ) -> list[Event]:
+        body = dumps_batch(batch)
+        now = time.monotonic()
+        # A busy process renews its lease with its appends too.
+        renew = now - self._renewed.get(member, 0.0) > 1.0
+        statement = _STATEMENTS[notify]
         with self._pool.connection() as conn:
-            try:
-                with conn.pipeline() as pipe:
-                    conn.execute("BEGIN")
-                    conn.execute(_LOCK)
-                    cur = conn.execute(_READ, (member, since))
-                    pipe.sync()
-                    rows = cur.fetchall()
-                    if not rows or rows[0][0] != -1 or rows[0][2] != LIVE:
-                        status = rows[0][2] if rows and rows[0][0] == -1 else "unknown"
-                        raise Fenced(
-                            f"coordinator {_safe(self.url)}: member {member} is {status}; "
-                            "its writes are refused"
-                        )
-                    events = [Event(int(s), int(m), loads(b)) for s, m, b in rows[1:]]
-                    last = events[-1].seq if events else since
-                    result, bodies = step(events)
-                    if bodies:
-                        seqs = list(range(last + 1, last + 1 + len(bodies)))
-                        conn.execute(_INSERT, (member, seqs, [dumps(b) for b in bodies]))
-                        if any(b.get("n") for b in bodies):  # it can wake a waiter: tell them
-                            conn.execute(_NOTIFY, (str(seqs[-1]),))
-                        last = seqs[-1]
-                    now = time.monotonic()
-                    if now - self._renewed.get(member, 0.0) > 1.0:
-                        # A busy process renews its lease with its appends too.
-                        conn.execute(_RENEW, (member,))
-                        self._renewed[member] = now
-                    conn.execute("COMMIT")
-            except BaseException:
-                if not conn.closed:
-                    conn.execute("ROLLBACK")
-                raise
-        return result, last
+            for _ in range(_APPEND_TRIES):
+                try:
+                    rows = conn.execute(statement, {"m": member, "b": body, "s": since}).fetchall()
+                except psycopg.errors.UniqueViolation:
+                    continue  # a reader filled this position as a hole: take a new one
+                break
+            else:
+                raise CoordinatorError(
+                    f"coordinator {_safe(self.url)}: member {member} lost its position to hole "
+                    f"fillers {_APPEND_TRIES} times in a row"
+                )
+            status = next((r[2] for r in rows if r[0] == -1), "unknown")
+            if renew and status == LIVE:
+                conn.execute(_RENEW, (member,))  # (after the append committed: see _RENEW)
+                self._renewed[member] = now
+            own = [r for r in rows if r[1] == -2]
+            if not own:
+                raise Fenced(
+                    f"coordinator {_safe(self.url)}: member {member} is {status}; its writes are refused"
+                )
+            seq = int(own[0][0])
+            found = {int(r[0]): r for r in rows if r[0] > 0 and r[1] != -2}
+            events = self._gapless(conn, since, seq - 1, found)
+        events.append(Event(seq, member, list(batch)))
+        return events
+
+    def _gapless(
+        self, conn: psycopg.Connection[Any], since: int, upto: int, found: dict[int, Any]
+    ) -> list[Event]:
+        """The events since+1..upto from `found`, the holes among them filled and read."""
+        missing = [s for s in range(since + 1, upto + 1) if s not in found]
+        if missing:
+            with conn.pipeline():
+                conn.execute(_FILL, (missing,))
+                cur = conn.execute(_READ_SEQS, (missing,))
+            for row in cur.fetchall():
+                found[int(row[0])] = row
+        return [
+            Event(s, int(found[s][1]), loads(found[s][2])) for s in range(since + 1, upto + 1)
+        ]
 
     def read(self, since: int) -> list[Event]:
         with self._pool.connection() as conn:
             rows = conn.execute(
                 "SELECT seq, member, body FROM atomix_events WHERE seq > %s ORDER BY seq", (since,)
             ).fetchall()
-        return [Event(int(s), int(m), loads(b)) for s, m, b in rows]
+            if not rows:
+                return []
+            return self._gapless(conn, since, int(rows[-1][0]), {int(r[0]): r for r in rows})
 
     def wait_for_news(self, since: int, timeout: float) -> bool:
         with self._listen_lock:
+            # Drop what queued while nobody listened: the look at the log below covers it.
+            for _ in self._listen.notifies(timeout=0):
+                pass
             row = self._listen.execute("SELECT max(seq) FROM atomix_events").fetchone()
             if row is not None and (row[0] or 0) > since:
                 return True

@@ -1,13 +1,21 @@
 """A replica of the transaction manager, kept in step through the coordinator's event log.
 
 `ReplicatedCore` stands where a runtime's `TransactionManager` stands (`Coordinator.core`)
-and answers the same calls. A call that changes the core's state is submitted: under the
-store's serialising lock the replica replays the events it has not seen, then makes the call
-on its own `TransactionManager`, and the call is appended as an event. Every process replays
-every event in the same order on the same deterministic core, so all make the same
-decisions: epochs are global (begins are ordered), and a transaction of one process waits
-for, or is made stale by, the transactions of every other. The rules stay in
-`atomix.manager`; this module only orders the calls.
+and answers the same calls. A call that changes the core's state is appended to the log as
+an event (`atomix.coordinator.events`), and only then made: the store hands back every event
+before it that this replica has not replayed, the replica replays them, then makes its own
+call on its `TransactionManager`. Every process replays every event in the same order on the
+same deterministic core, so all make the same decisions: epochs are global (begins are
+ordered), and a transaction of one process waits for, or is made stale by, the transactions
+of every other. Decisions are made at replay, so appending takes no lock: appenders of many
+processes insert at once, and the log orders them. A call the core refuses (it raises) is
+refused alike on every replica: the event stays in the log and changes nothing anywhere.
+The rules stay in `atomix.manager`; this module only orders the calls.
+
+Fencing is in the log too: a recoverer appends a fence for a dead member before it recovers
+that member's durable log, and every replica skips that member's later events, so a process
+presumed dead that comes back can never get a decision after its fence (its replica raises
+`Fenced` at its own event instead).
 
 What is not replicated: deadlines. They are in each driver's own clock, which other processes
 do not share, so a waiter never expires another process's transaction; a process that dies
@@ -35,12 +43,16 @@ from atomix.scopes import Scope
 from atomix.transaction import OPEN, Transaction
 
 # Events after which a waiter somewhere may proceed: their appends wake the listeners.
-_WAKING = frozenset({ev.FINISH, ev.RESOLVE, ev.ABORT_GROUP})
+_WAKING = frozenset({ev.FINISH, ev.RESOLVE, ev.ABORT_GROUP, ev.SETTLE, ev.FENCE})
+
+#: What this replica makes of one of its own events: the call on its core, with the real
+#: objects (a staged effect's functions, a session's record type) that the event's JSON lacks.
+Local = Callable[[], Any]
 
 
 class ReplicaDiverged(CoordinatorError):
-    """A replayed event gave another decision here than where it was appended: the cores
-    are not deterministic, or runtimes with different options share a coordinator."""
+    """An event could not be replayed on this replica at all (a body it cannot read):
+    runtimes of different versions, or with different options, share a coordinator."""
 
 
 @dataclass(slots=True)
@@ -52,18 +64,19 @@ class ReplicaStats:
     append_seconds: float = 0.0
     catchups: int = 0
     woken: int = 0
+    holes: int = 0
     per_kind: dict[str, int] = field(default_factory=dict)
 
 
 class ReplicatedCore:
     """The transaction manager of one process, replicated through a coordinator store.
 
-    Guarantees: every state-changing call is applied to this replica exactly when it is
-    appended to the log, after every earlier event; every replica replays the same log on the
-    same deterministic core, so they agree on every decision (a replayed decision of another
-    kind raises `ReplicaDiverged`); a fenced member's calls are refused (`Fenced`) before
-    they change anything; if the store fails after this replica applied a call, the replica
-    refuses all further work (it is ahead of the log), rather than go on diverged.
+    Guarantees: every state-changing call is applied to this replica at its event's position
+    in the log, after every earlier event; every replica replays the same log on the same
+    deterministic core, so they agree on every decision and on every refusal; once a fence
+    for a member is in the log, no replica applies that member's later events, and the member
+    itself gets `Fenced` for them; if replaying fails outright (an unreadable event), the
+    replica refuses all further work rather than go on diverged.
     """
 
     def __init__(
@@ -78,9 +91,11 @@ class ReplicatedCore:
         self.options = self.local.options
         self.store = store
         self.member = 0  # set by `join`
-        self.applied = 0  # the last log position replayed or appended here
+        self.applied = 0  # the last log position replayed here
         #: live transactions -> the member that began them
         self.owner: dict[int, int] = {}
+        #: members fenced in the log: their later events are skipped everywhere
+        self.fenced: set[int] = set()
         self.stats = ReplicaStats()
         self.broken: BaseException | None = None
         self._lock = lock  # the runtime coordinator's lock: every core access holds it
@@ -104,32 +119,43 @@ class ReplicatedCore:
             return self._replay(found)
 
     def _replay(self, events: Sequence[Event]) -> int:
-        local = self.local
         n = 0
         for event in events:
             if event.seq <= self.applied:
                 continue
-            body = event.body
-            try:
-                result = ev.apply(local, body)
-            except Exception as exc:
-                self.broken = exc
-                raise ReplicaDiverged(
-                    f"event {event.seq} ({body.get('k')}) of member {event.member} failed on this "
-                    f"replica: {exc}"
-                ) from exc
-            want = body.get("d")
-            if want is not None and ev.decision_kind(result) != want:
-                self.broken = ReplicaDiverged(str(event.seq))
-                raise ReplicaDiverged(
-                    f"event {event.seq} ({body.get('k')} of tx{body.get('t')}) decided "
-                    f"{ev.decision_kind(result)} here and {want} at member {event.member}"
-                )
-            self._note(body, result, event.member)
+            if event.seq != self.applied + 1:
+                self.broken = ReplicaDiverged(f"log position {self.applied + 1} was skipped")
+                raise self.broken
+            if not event.body:
+                self.stats.holes += 1
+            elif event.member not in self.fenced:
+                for body in event.body:
+                    self._apply_other(event, body)
             self.applied = event.seq
             n += 1
         self.stats.replayed += n
         return n
+
+    def _apply_other(self, event: Event, body: dict[str, Any]) -> None:
+        try:
+            kind = body["k"]
+            if kind == ev.FENCE:
+                self.fenced.add(int(body["m"]))
+                return
+            if kind == ev.SETTLE:
+                self._settle(int(body["m"]), compensated=bool(body["c"]), by=str(body["by"]))
+                return
+            call = ev.call(self.local, body)
+        except Exception as exc:
+            self.broken = exc
+            raise ReplicaDiverged(
+                f"event {event.seq} of member {event.member} cannot be replayed here: {exc!r}"
+            ) from exc
+        try:
+            result = call()
+        except Exception:  # noqa: BLE001 - refused alike on every replica: nothing changed
+            return
+        self._note(body, result, event.member)
 
     def _note(self, body: dict[str, Any], result: Any, member: int) -> None:
         """Bookkeeping after an event: who owns what, and which waiters it frees."""
@@ -150,39 +176,23 @@ class ReplicatedCore:
             self._wake(result.woken)
             self._wake([s.txid for s in result.settled])
 
-    def _submit(self, decide: Callable[[], tuple[Any, list[dict[str, Any]]]]) -> Any:
-        """Append what `decide` (run on the caught-up replica) decided; its result."""
+    def _submit(self, body: dict[str, Any], local: Local) -> Any:
+        """Append `body` (with any pending seals), replay up to it, then make `local`, this
+        process's own call; its result (or the core's refusal, raised)."""
         if self.broken is not None:
             raise CoordinatorError(
                 f"this process's coordinator replica is unusable: {self.broken}"
             ) from self.broken
-        raised: list[BaseException] = []
-        ran = [False]
-
-        def step(found: Sequence[Event]) -> tuple[Any, list[dict[str, Any]]]:
-            self._replay(found)
-            ran[0] = True
-            bodies: list[dict[str, Any]] = []
-            local = self.local
-            for txid in self._pending_seals:
-                local.seal(txid)
-                bodies.append({"k": ev.SEAL, "t": txid})
-            self._pending_seals.clear()
-            try:
-                result, more = decide()
-            except Exception as exc:  # the core refused: nothing of it to append
-                raised.append(exc)
-                return None, bodies
-            bodies += more
-            for body in more:
-                if body["k"] in _WAKING:
-                    body["n"] = 1
-            return result, bodies
-
         start = time.perf_counter()
         with self._lock:
+            seals = self._pending_seals
+            self._pending_seals = []
+            batch = [{"k": ev.SEAL, "t": t} for t in seals]
+            batch.append(body)
             try:
-                result, last = self.store.append(self.member, self.applied, step)
+                found = self.store.append(
+                    self.member, self.applied, batch, notify=body["k"] in _WAKING
+                )
             except Fenced:
                 # Learn what the survivor did with this process's transactions (it settled
                 # them), so that their handles and `active` say so; then refuse.
@@ -192,26 +202,35 @@ class ReplicatedCore:
                     pass
                 raise
             except BaseException as exc:
-                if ran[0]:  # this replica may be ahead of the log now: stop
-                    self.broken = exc
+                # Whether the row landed is unknown (the failure may follow its commit): this
+                # replica may be behind its own event now, so it stops rather than guess.
+                self.broken = exc
                 raise
-            self.applied = last
+            own = found[-1]
+            self._replay(found[:-1])
             stats = self.stats
             stats.appends += 1
-            stats.append_seconds += time.perf_counter() - start
-        if raised:
-            raise raised[0]
-        return result
+            stats.replayed += 1
+            self.applied = own.seq
+            if self.member in self.fenced:
+                raise Fenced(
+                    f"coordinator {self.store.url}: member {self.member} was fenced in the log "
+                    "before this call; its writes are refused"
+                )
+            for txid in seals:
+                try:
+                    self.local.seal(txid)
+                except Exception:  # noqa: BLE001 - refused alike everywhere (it ended first)
+                    pass
+            try:
+                result = local()
+            finally:
+                stats.append_seconds += time.perf_counter() - start
+            self._note(body, result, self.member)
+            return result
 
     def _one(self, body: dict[str, Any], call: Callable[[], Any]) -> Any:
-        def decide() -> tuple[Any, list[dict[str, Any]]]:
-            result = call()
-            if result is not None:
-                body["d"] = ev.decision_kind(result)
-                self._note(body, result, self.member)
-            return result, [body]
-
-        return self._submit(decide)
+        return self._submit(body, call)
 
     def _scopes(self, scopes: Iterable[str | Scope]) -> list[Scope]:
         scope = self.local.scope
@@ -227,14 +246,9 @@ class ReplicatedCore:
         record: type[Transaction] = Transaction,
     ) -> Any:
         body: dict[str, Any] = {"k": ev.BEGIN, "g": group, "tr": trace, "b": branch}
-
-        def decide() -> tuple[Any, list[dict[str, Any]]]:
-            tx = self.local.begin(group=group, trace=trace, branch=branch, record=record)
-            body["t"] = tx.txid
-            self.owner[tx.txid] = self.member
-            return tx, [body]
-
-        return self._submit(decide)
+        return self._submit(
+            body, lambda: self.local.begin(group=group, trace=trace, branch=branch, record=record)
+        )
 
     def read(self, txid: int, scopes: Iterable[str | Scope]) -> Proceed | Wait | AbortPlan:
         resolved = self._scopes(scopes)
@@ -407,40 +421,37 @@ class ReplicatedCore:
         return []
 
     # -- recovery of a dead member's transactions --------------------------------------------------
+    def fence_member(self, member: int) -> None:
+        """Put a fence for `member` in the log: from here on no replica applies its events."""
+        self._submit({"k": ev.FENCE, "m": member}, lambda: self.fenced.add(member))
+
     def settle_member(self, member: int, *, compensated: bool, by: str) -> list[int]:
-        """Abort (with `cancelled`) every unsettled transaction `member` began, and finish
-        each of its transactions, in one append: a committed one as committed (its effects
-        were finished by key from its log, or it had none), an aborted one with its eager
-        effects as residue unless `compensated` (its log's recovery compensated them)."""
-
-        def decide() -> tuple[Any, list[dict[str, Any]]]:
-            local = self.local
-            bodies: list[dict[str, Any]] = []
-            done: list[int] = []
-            for txid in sorted(t for t, m in self.owner.items() if m == member):
-                tx = local.get(txid)
-                if tx.finished:
-                    continue
-                plan: AbortPlan | None = None
-                if tx.state.value not in ("committed", "aborted"):
-                    detail = f"its process (member {member}) died; settled by {by}"
-                    plan = local.abort(txid, AbortSource.CANCELLED, detail)
-                    bodies.append(
-                        {"k": ev.ABORT, "t": txid, "src": AbortSource.CANCELLED.value,
-                         "det": detail, "d": ev.decision_kind(plan)}
-                    )
-                residue: list[Effect] = []
-                if tx.state.value == "aborted" and not compensated:
-                    residue = [e for e in tx.staged.values() if e.effect_class is EffectClass.REVERSIBLE]
-                body: dict[str, Any] = {"k": ev.FINISH, "t": txid}
-                if residue:
-                    body["res"] = [ev.effect_out(e, local.scope) for e in residue]
-                result = local.finish(txid, residue=residue, forget=True)
-                body["d"] = ev.decision_kind(result)
-                self._note(body, result, self.member)
-                bodies.append(body)
-                done.append(txid)
-            return done, bodies
-
-        result: list[int] = self._submit(decide)
+        """Fence `member` in the log, abort (with `cancelled`) every unsettled transaction it
+        began and finish each of its transactions, in one event that every replica replays
+        alike: a committed one as committed (its effects were finished by key from its log,
+        or it had none), an aborted one with its eager effects as residue unless
+        `compensated` (its log's recovery compensated them). The transactions settled."""
+        body = {"k": ev.SETTLE, "m": member, "c": compensated, "by": by}
+        result: list[int] = self._submit(
+            body, lambda: self._settle(member, compensated=compensated, by=by)
+        )
         return result
+
+    def _settle(self, member: int, *, compensated: bool, by: str) -> list[int]:
+        self.fenced.add(member)
+        local = self.local
+        done: list[int] = []
+        for txid in sorted(t for t, m in self.owner.items() if m == member):
+            tx = local.get(txid)
+            if tx.finished:
+                continue
+            if tx.state.value not in ("committed", "aborted"):
+                detail = f"its process (member {member}) died; settled by {by}"
+                local.abort(txid, AbortSource.CANCELLED, detail)
+            residue: list[Effect] = []
+            if tx.state.value == "aborted" and not compensated:
+                residue = [e for e in tx.staged.values() if e.effect_class is EffectClass.REVERSIBLE]
+            result = local.finish(txid, residue=residue, forget=True)
+            self._note({"k": ev.FINISH, "t": txid}, result, member)
+            done.append(txid)
+        return done

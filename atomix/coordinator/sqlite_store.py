@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,7 @@ from atomix.coordinator.store import (
     Event,
     Fenced,
     Member,
-    Step,
-    dumps,
+    dumps_batch,
     loads,
 )
 
@@ -43,6 +42,17 @@ CREATE TABLE IF NOT EXISTS members (
     id INTEGER PRIMARY KEY AUTOINCREMENT, status TEXT NOT NULL, heartbeat REAL NOT NULL,
     log_dir TEXT, pid INTEGER NOT NULL, host TEXT NOT NULL, claimed_by INTEGER);
 """
+
+
+# One statement (its own transaction): the next position, unless the member is not live.
+_INSERT = (
+    "INSERT INTO events (seq, member, body) SELECT coalesce((SELECT max(seq) FROM events), 0) + 1, "
+    "?, ? WHERE (SELECT status FROM members WHERE id = ?) = ?"
+)
+
+
+# The appender of every this many-th position checkpoints the WAL (see `append`).
+_CHECKPOINT_EVERY = 512
 
 
 class SQLiteStore:
@@ -86,6 +96,7 @@ class SQLiteStore:
             # A lost event after a power cut is lost by every process at once (one host), and
             # every replica is rebuilt from the log on restart: no fsync per append.
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # see `append`
         except sqlite3.Error as exc:
             raise CoordinatorError(f"coordinator {self.url!r}: {exc}") from exc
         return conn
@@ -213,41 +224,44 @@ class SQLiteStore:
         self._lease_file(member).unlink(missing_ok=True)
 
     # -- the log ---------------------------------------------------------------------------
-    def append(self, member: int, since: int, step: Step) -> tuple[Any, int]:
+    def append(
+        self, member: int, since: int, batch: Sequence[dict[str, Any]], *, notify: bool = False
+    ) -> list[Event]:
+        # (`notify` is moot: waiters poll.) Only the insert is under the file lock, so
+        # positions are handed out in commit order and the log never has a gap: everything
+        # below the new position is committed, and is read after the lock is let go.
+        body = dumps_batch(batch)
+        now = time.monotonic()
+        if now - self._renewed.get(member, 0.0) > 1.0:
+            # A busy process renews its lease with its appends too: its heartbeat thread may
+            # be slow to get the CPU.
+            self._touch(member)
+            self._renewed[member] = now
         with self._serial():
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                status = conn.execute("SELECT status FROM members WHERE id = ?", (member,)).fetchone()
-                if status is None or status[0] != LIVE:
-                    raise Fenced(
-                        f"coordinator {self.url!r}: member {member} is "
-                        f"{status[0] if status else 'unknown'}; its writes are refused"
-                    )
-                now = time.monotonic()
-                if now - self._renewed.get(member, 0.0) > 1.0:
-                    # A busy process renews its lease with its appends too: its heartbeat
-                    # thread may be slow to get the CPU.
-                    self._touch(member)
-                    self._renewed[member] = now
-                rows = conn.execute(
-                    "SELECT seq, member, body FROM events WHERE seq > ? ORDER BY seq", (since,)
+            cur = self._conn.execute(_INSERT, (member, body, member, LIVE))
+            seq = cur.lastrowid if cur.rowcount == 1 else None
+        if seq is not None and seq % _CHECKPOINT_EVERY == 0:
+            # Outside the file lock (SQLite's own checkpoints would run under it, fsyncs
+            # and all): a passive checkpoint copies what it can while others append.
+            with self._news_lock:
+                self._news.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        if seq is None:
+            with self._news_lock:
+                row = self._news.execute("SELECT status FROM members WHERE id = ?", (member,)).fetchone()
+            raise Fenced(
+                f"coordinator {self.url!r}: member {member} is "
+                f"{row[0] if row else 'unknown'}; its writes are refused"
+            )
+        rows: list[Any] = []
+        if seq > since + 1:  # (others appended since this caller last looked)
+            with self._news_lock:
+                rows = self._news.execute(
+                    "SELECT seq, member, body FROM events WHERE seq > ? AND seq < ? ORDER BY seq",
+                    (since, seq),
                 ).fetchall()
-                events = [Event(s, m, loads(b)) for s, m, b in rows]
-                last = events[-1].seq if events else since
-                result, bodies = step(events)
-                if bodies:
-                    conn.executemany(
-                        "INSERT INTO events (seq, member, body) VALUES (?, ?, ?)",
-                        [(last + i, member, dumps(b)) for i, b in enumerate(bodies, 1)],
-                    )
-                    last += len(bodies)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return result, last
+        events = [Event(s, m, loads(b)) for s, m, b in rows]
+        events.append(Event(seq, member, list(batch)))
+        return events
 
     def read(self, since: int) -> list[Event]:
         with self._news_lock:

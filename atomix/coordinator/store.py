@@ -1,12 +1,13 @@
 """The coordinator's store: a totally ordered event log, member leases, and nothing else.
 
-A store knows no protocol rule. It offers one serialised operation, `append`: under a lock
-that every process of the coordinator takes in turn, it refuses a fenced member, hands the
-caller the events it has not seen yet, and appends whatever events the caller's replica
-decided on top of them, so the log is one total order that every replica replays alike.
-Around it: reading the log (a waiter's catch-up), leases with heartbeats, and the claim a
-recoverer takes on a dead member's work. `atomix.coordinator.sqlite_store` and
-`atomix.coordinator.postgres` are the two implementations.
+A store knows no protocol rule. Its one write to the log, `append`, adds a batch of events
+(one row) at the next position and hands the caller every event before it that the caller
+has not seen, with no gap, so that the caller's replica can replay them and then its own
+batch: the log is one total order that every replica replays alike, and decisions are made
+at replay, never under a lock. Around it: reading the log (a waiter's catch-up), leases with
+heartbeats, and the claim a recoverer takes on a dead member's work.
+`atomix.coordinator.sqlite_store` and `atomix.coordinator.postgres` are the two
+implementations.
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ class Fenced(CoordinatorError):
 
 
 class Event(NamedTuple):
-    """One row of the log: its position, the member that appended it, and its body."""
+    """One row of the log: its position, the member that appended it, and its batch of
+    event bodies (empty: a hole, a position whose appender never committed it)."""
 
     seq: int
     member: int
-    body: dict[str, Any]
+    body: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +57,6 @@ class Member:
     host: str
 
 
-#: What an appender does under the lock: given the events it had not seen, replay them and
-#: decide its own; return its result and the bodies to append (none: append nothing).
-Step = Callable[[Sequence[Event]], tuple[Any, list[dict[str, Any]]]]
-
-
 class Store(Protocol):
     """A coordinator store (see the module docstring). Thread-safe."""
 
@@ -69,13 +66,16 @@ class Store(Protocol):
         """A new member's lease; checks the runtime options agree with the first member's."""
         ...
 
-    def append(self, member: int, since: int, step: Step) -> tuple[Any, int]:
-        """Serialised: refuse a fenced `member` (`Fenced`), read the events after `since`,
-        run `step` on them, append its bodies; return its result and the last position."""
+    def append(
+        self, member: int, since: int, batch: Sequence[dict[str, Any]], *, notify: bool = False
+    ) -> list[Event]:
+        """Append `batch` as one row at the next position, unless `member` is no longer live
+        (`Fenced`); return the events after `since` up to and including that row, in order
+        and without a gap (the last is the caller's). `notify`: wake the listeners."""
         ...
 
     def read(self, since: int) -> list[Event]:
-        """The events after `since`, in order (no lock: appends commit in order)."""
+        """The events after `since`, in order and without a gap."""
         ...
 
     def heartbeat(self, member: int) -> bool:
@@ -119,8 +119,11 @@ def dumps(body: dict[str, Any]) -> str:
     return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
-def loads(text: str | bytes | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(text, dict):
-        return text
-    body: dict[str, Any] = json.loads(text)
-    return body
+def dumps_batch(batch: Sequence[dict[str, Any]]) -> str:
+    return json.dumps(list(batch), separators=(",", ":"), sort_keys=True)
+
+
+def loads(text: str | bytes) -> list[dict[str, Any]]:
+    """A row's batch (a single body, as older coordinators wrote, is a batch of one)."""
+    body = json.loads(text)
+    return body if isinstance(body, list) else [body]
