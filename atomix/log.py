@@ -67,8 +67,7 @@ from atomix.log_files import (
     LogError,
     LogLost,
     check_sidecar,
-    lost_body,
-    lost_wal,
+    open_database,
     take_lock,
     write_sidecar,
 )
@@ -78,14 +77,12 @@ from atomix.log_format import (
     CALLING,
     COMPENSATED,
     FAILED,
-    FORMAT,
     RELEASED,
     RESIDUE,
     STAGED,
     TX_COMMITTED,
     TX_INTENT,
     TX_OPEN,
-    VERSION,
     LoggedSession,
     describe_effect,
     tool_redo,
@@ -118,39 +115,6 @@ def _at(point: str, detail: str = "") -> None:
         hook(point, detail)
 
 
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    n INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT UNIQUE NOT NULL,
-    pid INTEGER NOT NULL, started REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS txs (
-    run_id TEXT NOT NULL, txid INTEGER NOT NULL, epoch INTEGER NOT NULL, trace TEXT NOT NULL,
-    state TEXT NOT NULL, commit_seq INTEGER, updated REAL NOT NULL,
-    PRIMARY KEY (run_id, txid));
-CREATE TABLE IF NOT EXISTS effects (
-    run_id TEXT NOT NULL, txid INTEGER NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL,
-    tool TEXT NOT NULL, class TEXT NOT NULL, status TEXT NOT NULL,
-    redo TEXT NOT NULL, problem TEXT,
-    PRIMARY KEY (run_id, txid, key));
-CREATE TABLE IF NOT EXISTS deliveries (
-    run_id TEXT NOT NULL, txid INTEGER NOT NULL, key TEXT NOT NULL,
-    attempts INTEGER NOT NULL, last_error TEXT, next_at REAL,
-    PRIMARY KEY (run_id, txid, key));
-CREATE TABLE IF NOT EXISTS dead_letters (
-    run_id TEXT NOT NULL, txid INTEGER NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
-    class TEXT NOT NULL, redo TEXT NOT NULL, attempts INTEGER NOT NULL, last_error TEXT,
-    died REAL NOT NULL, PRIMARY KEY (run_id, txid, key));
-CREATE TABLE IF NOT EXISTS quarantine (
-    n INTEGER PRIMARY KEY AUTOINCREMENT, what TEXT NOT NULL, ident TEXT NOT NULL,
-    reason TEXT NOT NULL, record TEXT NOT NULL, at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS stores (
-    run_id TEXT NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
-    PRIMARY KEY (run_id, kind, path));
-CREATE TABLE IF NOT EXISTS finished_runs (run_id TEXT PRIMARY KEY, at REAL NOT NULL);
-INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}'), ('version', '{VERSION}');
-"""
-
-
 
 class TxLog(LogReadback, DeliveryRetries, LogHousekeeping):
     """The durable transaction log in `directory` (see the module docstring).
@@ -161,7 +125,18 @@ class TxLog(LogReadback, DeliveryRetries, LogHousekeeping):
     (one connection under one lock); one open `TxLog` per directory at a time (`LogBusy`).
     A log whose body or WAL was lost is refused (`LogLost`); a failed delivery stays in the
     log until it lands or is dead-lettered (``max_delivery_attempts`` deliveries in all).
+
+    The store is SQLite here; a subclass keeps the same records elsewhere by overriding the
+    storage methods (`_query`, `_write`, `_close_store`, `_db_errors`) and calling
+    `_configure` and `_start` from its own ``__init__`` (`atomix.coordinator.db_log`).
     """
+
+    #: What a read or write of the store raises when the store fails.
+    _db_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    #: Where the log is, as the coordinator records it (a directory's path here).
+    location: str
+    #: How this log's run identities begin (a store shared by many logs makes it unique).
+    _run_prefix = "r"
 
     def __init__(
         self,
@@ -179,21 +154,13 @@ class TxLog(LogReadback, DeliveryRetries, LogHousekeeping):
         # "delete" (SQLite's rollback journal: several fsyncs per durable record).
         if journal not in ("wal", "delete"):
             raise ValueError(f"journal must be 'wal' or 'delete', not {journal!r}")
-        if not isinstance(max_delivery_attempts, int) or max_delivery_attempts < 1:
-            raise ValueError(f"max_delivery_attempts must be an int >= 1, not {max_delivery_attempts!r}")
-        for name, value in (("retry_backoff", retry_backoff), ("retry_backoff_max", retry_backoff_max),
-                            ("key_retention", key_retention)):
-            if not isinstance(value, int | float) or value < 0:
-                raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+        self._configure(
+            durable=durable, max_delivery_attempts=max_delivery_attempts, retry_backoff=retry_backoff,
+            retry_backoff_max=retry_backoff_max, key_retention=key_retention,
+        )
         self.directory = Path(directory)
-        self.durable = durable
+        self.location = str(self.directory)
         self.journal = journal
-        #: Deliveries in all (the commit's own counts as the first) before a dead letter.
-        self.max_delivery_attempts = max_delivery_attempts
-        self.retry_backoff = float(retry_backoff)
-        self.retry_backoff_max = float(retry_backoff_max)
-        #: Seconds a finished dead run's applied keys are kept in the stores before pruning.
-        self.key_retention = float(key_retention)
         path = self.directory / LOG_FILE
         if not create:
             if not self.directory.is_dir():
@@ -211,7 +178,7 @@ class TxLog(LogReadback, DeliveryRetries, LogHousekeeping):
             self._conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=30.0
             )
-            self.log_id = self._open(sidecar, wal_missing)
+            self.log_id = open_database(self._conn, self.directory, self.journal, sidecar, wal_missing)
             self._rotate_token()
         except sqlite3.Error as exc:
             self._release_lock()
@@ -228,9 +195,38 @@ class TxLog(LogReadback, DeliveryRetries, LogHousekeeping):
         self._low = "NORMAL" if durable else "OFF"
         self._conn.execute(f"PRAGMA synchronous={self._low}")
         self._writes = 0  # since the last checkpoint
-        row = self._conn.execute("SELECT max(seq) FROM effects").fetchone()
+        self._start()
+
+    # -- what every store shares (a store subclass calls these from its own __init__) ----------
+    def _configure(
+        self,
+        *,
+        durable: bool,
+        max_delivery_attempts: int,
+        retry_backoff: float,
+        retry_backoff_max: float,
+        key_retention: float,
+    ) -> None:
+        """Check and keep the settings every store has (ValueError naming a bad one)."""
+        if not isinstance(max_delivery_attempts, int) or max_delivery_attempts < 1:
+            raise ValueError(f"max_delivery_attempts must be an int >= 1, not {max_delivery_attempts!r}")
+        for name, value in (("retry_backoff", retry_backoff), ("retry_backoff_max", retry_backoff_max),
+                            ("key_retention", key_retention)):
+            if not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+        self.durable = durable
+        #: Deliveries in all (the commit's own counts as the first) before a dead letter.
+        self.max_delivery_attempts = max_delivery_attempts
+        self.retry_backoff = float(retry_backoff)
+        self.retry_backoff_max = float(retry_backoff_max)
+        #: Seconds a finished dead run's applied keys are kept in the stores before pruning.
+        self.key_retention = float(key_retention)
+
+    def _start(self) -> None:
+        """The in-memory state, once the store is open: sequence numbers go on from the log's."""
+        row = self._query("SELECT max(seq) FROM effects")[0]
         self._seq = itertools.count(_int_or(row[0], 0) + 1)
-        row = self._conn.execute("SELECT max(commit_seq) FROM txs").fetchone()
+        row = self._query("SELECT max(commit_seq) FROM txs")[0]
         self._commit_seq = itertools.count(_int_or(row[0], 0) + 1)
         #: Runs started through this object: live, so recovery leaves them alone.
         self.own_runs: set[str] = set()
@@ -242,43 +238,9 @@ class TxLog(LogReadback, DeliveryRetries, LogHousekeeping):
         self._init_housekeeping()
         self._init_retries()
 
-    def _open(self, sidecar: dict[str, Any] | None, wal_missing: bool) -> str:
-        """Check the database against the sidecar (`LogLost`), create its tables, and return
-        the log's identity."""
-        conn = self._conn
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if tables and "meta" not in tables:
-            raise LogError(self.path, "not an Atomix log (a SQLite database without its tables)")
-        meta = dict(conn.execute("SELECT name, value FROM meta")) if tables else {}
-        if sidecar is not None:
-            known = str(sidecar["log"])
-            if not tables and wal_missing:  # nothing was ever checkpointed: all was in the WAL
-                raise LogLost(self.path.with_name(LOG_FILE + "-wal"), lost_wal(self.directory, sidecar))
-            if not tables:
-                raise LogLost(self.path, lost_body(self.directory, known))
-            if meta.get("log_id") != known:
-                raise LogLost(self.path, lost_body(self.directory, known, found=meta.get("log_id")))
-            if wal_missing and meta.get("token") != sidecar.get("token"):
-                raise LogLost(self.path.with_name(LOG_FILE + "-wal"), lost_wal(self.directory, sidecar))
-        mode = conn.execute(f"PRAGMA journal_mode={self.journal}").fetchone()[0]
-        if str(mode).lower() != self.journal:
-            raise LogError(self.path, f"cannot use the {self.journal} journal (got {mode!r})")
-        # Checkpoints are the log's own (see _rotate_token): SQLite's automatic ones would copy
-        # the token into the body while later records are still only in the WAL.
-        conn.execute("PRAGMA wal_autocheckpoint=0")
-        conn.executescript(_SCHEMA)
-        meta = dict(conn.execute("SELECT name, value FROM meta"))
-        if meta.get("format") != FORMAT:
-            raise LogError(self.path, f"not an Atomix log (format {meta.get('format')!r})")
-        if meta.get("version") != str(VERSION):
-            raise LogError(self.path, f"log version {meta.get('version')}, this Atomix reads {VERSION}")
-        conn.execute("SELECT count(*) FROM effects").fetchone()  # fails on a damaged table
-        log_id = meta.get("log_id")
-        if log_id is None:  # a new log (or one written before logs had an identity)
-            log_id = secrets.token_hex(8)
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("INSERT INTO meta VALUES ('log_id', ?)", (log_id,))
-        return str(log_id)
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One read (SQLite's spelling: ``?`` placeholders); its rows. Caller locks."""
+        return self._conn.execute(sql, params).fetchall()
 
     def _rotate_token(self) -> None:
         """A new token: into the sidecar first (durably), then into the database. From here on,
@@ -309,8 +271,8 @@ class TxLog(LogReadback, DeliveryRetries, LogHousekeeping):
         """
         with self._lock:
             # The directory lock makes this process the log's only writer: max + 1 is unique.
-            n = (self._conn.execute("SELECT max(n) FROM runs").fetchone()[0] or 0) + 1
-            run_id = f"r{n}-{secrets.token_hex(3)}"
+            n = (self._query("SELECT max(n) FROM runs")[0][0] or 0) + 1
+            run_id = f"{self._run_prefix}{n}-{secrets.token_hex(3)}"
             self._write(
                 [("INSERT INTO runs (n, run_id, pid, started) VALUES (?, ?, ?, ?)",
                   (n, run_id, os.getpid(), time.time()))],
@@ -463,7 +425,7 @@ class TxLog(LogReadback, DeliveryRetries, LogHousekeeping):
     def _failed_write(self, tx: LoggedSession, what: str, exc: Exception) -> None:
         self.errors.append(exc)
         warnings.warn(
-            f"atomix log {self.path}: tx{tx.txid}: could not write the {what}: {exc}",
+            f"atomix log {self.location}: tx{tx.txid}: could not write the {what}: {exc}",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -549,12 +511,16 @@ class TxLog(LogReadback, DeliveryRetries, LogHousekeeping):
             self._retry_wake.notify_all()
         self._join_retrier()
         with self._lock:
-            if self.journal == "wal":
-                try:  # every record into the body: the WAL SQLite then deletes held nothing more
-                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-                except sqlite3.Error:
-                    pass  # the WAL stays, and the next open reads it
-            self._conn.close()
+            self._close_store()
+
+    def _close_store(self) -> None:
+        """Close the store and let another process open the log. Caller locks."""
+        if self.journal == "wal":
+            try:  # every record into the body: the WAL SQLite then deletes held nothing more
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.Error:
+                pass  # the WAL stays, and the next open reads it
+        self._conn.close()
         self._release_lock()
 
     def _release_lock(self) -> None:

@@ -1,4 +1,5 @@
-"""The durable log's files beside its database: the directory lock and the sidecar.
+"""The durable log's files: its SQLite database (`open_database`), the directory lock and the
+sidecar.
 
 ``atomix-log.lock`` is held (flock) by the one process that has the log open. The sidecar
 ``atomix-log.id`` holds the log's identity (also in the database's ``meta``) and its current
@@ -15,10 +16,13 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import sqlite3
 from pathlib import Path
 from typing import IO, Any
 
 from atomix.errors import AtomixError
+from atomix.log_format import FORMAT, VERSION
 
 try:
     import fcntl
@@ -31,6 +35,39 @@ LOG_FILE = "atomix-log.sqlite3"
 LOCK_FILE = "atomix-log.lock"
 #: The sidecar that names the log and says whether its last writer closed it (see `LogLost`).
 ID_FILE = "atomix-log.id"
+
+#: The log's tables (`atomix.coordinator.db_log` keeps the same columns in PostgreSQL).
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    n INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT UNIQUE NOT NULL,
+    pid INTEGER NOT NULL, started REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS txs (
+    run_id TEXT NOT NULL, txid INTEGER NOT NULL, epoch INTEGER NOT NULL, trace TEXT NOT NULL,
+    state TEXT NOT NULL, commit_seq INTEGER, updated REAL NOT NULL,
+    PRIMARY KEY (run_id, txid));
+CREATE TABLE IF NOT EXISTS effects (
+    run_id TEXT NOT NULL, txid INTEGER NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL,
+    tool TEXT NOT NULL, class TEXT NOT NULL, status TEXT NOT NULL,
+    redo TEXT NOT NULL, problem TEXT,
+    PRIMARY KEY (run_id, txid, key));
+CREATE TABLE IF NOT EXISTS deliveries (
+    run_id TEXT NOT NULL, txid INTEGER NOT NULL, key TEXT NOT NULL,
+    attempts INTEGER NOT NULL, last_error TEXT, next_at REAL,
+    PRIMARY KEY (run_id, txid, key));
+CREATE TABLE IF NOT EXISTS dead_letters (
+    run_id TEXT NOT NULL, txid INTEGER NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
+    class TEXT NOT NULL, redo TEXT NOT NULL, attempts INTEGER NOT NULL, last_error TEXT,
+    died REAL NOT NULL, PRIMARY KEY (run_id, txid, key));
+CREATE TABLE IF NOT EXISTS quarantine (
+    n INTEGER PRIMARY KEY AUTOINCREMENT, what TEXT NOT NULL, ident TEXT NOT NULL,
+    reason TEXT NOT NULL, record TEXT NOT NULL, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS stores (
+    run_id TEXT NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
+    PRIMARY KEY (run_id, kind, path));
+CREATE TABLE IF NOT EXISTS finished_runs (run_id TEXT PRIMARY KEY, at REAL NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}'), ('version', '{VERSION}');
+"""
 
 
 class LogError(AtomixError):
@@ -133,3 +170,45 @@ def take_lock(path: Path) -> IO[str]:
     fh.write(f"pid {os.getpid()}")
     fh.flush()
     return fh
+
+
+def open_database(
+    conn: sqlite3.Connection, directory: Path, journal: str, sidecar: dict[str, Any] | None,
+    wal_missing: bool,
+) -> str:
+    """Check the database against the sidecar (`LogLost`), create its tables, and return
+    the log's identity."""
+    path = directory / LOG_FILE
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if tables and "meta" not in tables:
+        raise LogError(path, "not an Atomix log (a SQLite database without its tables)")
+    meta = dict(conn.execute("SELECT name, value FROM meta")) if tables else {}
+    if sidecar is not None:
+        known = str(sidecar["log"])
+        if not tables and wal_missing:  # nothing was ever checkpointed: all was in the WAL
+            raise LogLost(path.with_name(LOG_FILE + "-wal"), lost_wal(directory, sidecar))
+        if not tables:
+            raise LogLost(path, lost_body(directory, known))
+        if meta.get("log_id") != known:
+            raise LogLost(path, lost_body(directory, known, found=meta.get("log_id")))
+        if wal_missing and meta.get("token") != sidecar.get("token"):
+            raise LogLost(path.with_name(LOG_FILE + "-wal"), lost_wal(directory, sidecar))
+    mode = conn.execute(f"PRAGMA journal_mode={journal}").fetchone()[0]
+    if str(mode).lower() != journal:
+        raise LogError(path, f"cannot use the {journal} journal (got {mode!r})")
+    # Checkpoints are the log's own (see TxLog._rotate_token): SQLite's automatic ones would
+    # copy the token into the body while later records are still only in the WAL.
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.executescript(SCHEMA)
+    meta = dict(conn.execute("SELECT name, value FROM meta"))
+    if meta.get("format") != FORMAT:
+        raise LogError(path, f"not an Atomix log (format {meta.get('format')!r})")
+    if meta.get("version") != str(VERSION):
+        raise LogError(path, f"log version {meta.get('version')}, this Atomix reads {VERSION}")
+    conn.execute("SELECT count(*) FROM effects").fetchone()  # fails on a damaged table
+    log_id = meta.get("log_id")
+    if log_id is None:  # a new log (or one written before logs had an identity)
+        log_id = secrets.token_hex(8)
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("INSERT INTO meta VALUES ('log_id', ?)", (log_id,))
+    return str(log_id)

@@ -17,10 +17,9 @@ ago; each store is recorded once per run. `LogHousekeeping` is a mixin of
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from atomix.log_format import store_of
@@ -39,11 +38,12 @@ class LogHousekeeping:
     own_runs: set[str]
     key_retention: float
     _lock: threading.Lock
-    _conn: sqlite3.Connection
 
     if TYPE_CHECKING:
 
         def _write(self, statements: Iterable[tuple[str, Any]], *, sync: bool = False) -> None: ...
+
+        def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
     def _init_housekeeping(self) -> None:
         # Stores this object has recorded in `stores`, per run: (run_id, kind, path).
@@ -66,10 +66,10 @@ class LogHousekeeping:
         runs seen for the first time since they ended (to sweep for temporary files)."""
         now = time.time()
         with self._lock:
-            busy = {r for (r,) in self._conn.execute("SELECT DISTINCT run_id FROM txs")}
-            busy |= {r for (r,) in self._conn.execute("SELECT DISTINCT run_id FROM deliveries")}
-            rows = self._conn.execute("SELECT run_id, kind, path FROM stores").fetchall()
-            seen = dict(self._conn.execute("SELECT run_id, at FROM finished_runs").fetchall())
+            busy = {r for (r,) in self._query("SELECT DISTINCT run_id FROM txs")}
+            busy |= {r for (r,) in self._query("SELECT DISTINCT run_id FROM deliveries")}
+            rows = self._query("SELECT run_id, kind, path FROM stores")
+            seen = dict(self._query("SELECT run_id, at FROM finished_runs"))
             dead = {r for r, _, _ in rows} - self.own_runs
             fresh = sorted({(k, p) for r, k, p in rows if r in dead and r not in seen})
             ended = dead - busy

@@ -17,11 +17,9 @@ its lock; this module never imports `atomix.log`.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from atomix.effects import EffectClass
@@ -46,13 +44,15 @@ class LogReadback:
     """
 
     # What the host (TxLog) provides.
-    path: Path
+    location: str
     _lock: threading.Lock
-    _conn: sqlite3.Connection
+    _db_errors: tuple[type[Exception], ...]
 
     if TYPE_CHECKING:
 
         def _write(self, statements: Iterable[tuple[str, Any]], *, sync: bool = False) -> None: ...
+
+        def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
     def quarantine_bad_records(self, *, exclude_runs: Iterable[str] = ()) -> list[Quarantined]:
         """Move every record of a dead run that cannot be decoded to the ``quarantine`` table,
@@ -61,15 +61,15 @@ class LogReadback:
         moved: list[Quarantined] = []
         with self._lock:
             try:
-                txs = self._conn.execute(
+                txs = self._query(
                     "SELECT rowid, run_id, txid, epoch, trace, state, commit_seq FROM txs"
-                ).fetchall()
-                effects = self._conn.execute(
+                )
+                effects = self._query(
                     "SELECT rowid, run_id, txid, key, seq, tool, class, status, redo, problem "
                     "FROM effects"
-                ).fetchall()
-            except sqlite3.Error as exc:
-                raise LogError(self.path, f"corrupt Atomix log: {exc}") from exc
+                )
+            except self._db_errors as exc:
+                raise LogError(self.location, f"corrupt Atomix log: {exc}") from exc
             statements: list[tuple[str, Any]] = []
             bad_txs: set[tuple[Any, Any]] = set()
             for rowid, run_id, txid, epoch, trace, state, commit_seq in txs:
@@ -113,9 +113,7 @@ class LogReadback:
     def quarantined(self) -> list[Quarantined]:
         """Everything in quarantine (earlier recoveries' too), oldest first."""
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT what, ident, reason, record FROM quarantine ORDER BY n"
-            ).fetchall()
+            rows = self._query("SELECT what, ident, reason, record FROM quarantine ORDER BY n")
         return [Quarantined(*row) for row in rows]
 
     def unfinished(self, *, exclude_runs: Iterable[str] = ()) -> list[LoggedTx]:
@@ -125,15 +123,13 @@ class LogReadback:
         skip = set(exclude_runs)
         with self._lock:
             try:
-                txs = self._conn.execute(
-                    "SELECT run_id, txid, epoch, trace, state, commit_seq FROM txs"
-                ).fetchall()
-                effects = self._conn.execute(
+                txs = self._query("SELECT run_id, txid, epoch, trace, state, commit_seq FROM txs")
+                effects = self._query(
                     "SELECT run_id, txid, key, seq, tool, class, status, redo, problem "
                     "FROM effects ORDER BY seq"
-                ).fetchall()
-            except sqlite3.Error as exc:
-                raise LogError(self.path, f"corrupt Atomix log: {exc}") from exc
+                )
+            except self._db_errors as exc:
+                raise LogError(self.location, f"corrupt Atomix log: {exc}") from exc
         out: dict[tuple[str, int], LoggedTx] = {}
         for run_id, txid, epoch, trace, state, commit_seq in txs:
             if run_id not in skip:
@@ -146,7 +142,7 @@ class LogReadback:
                 record = json.loads(redo)
                 effect_class = EffectClass(cls)
             except (TypeError, ValueError) as exc:
-                raise LogError(self.path, f"corrupt redo record of {key!r}: {exc}") from exc
+                raise LogError(self.location, f"corrupt redo record of {key!r}: {exc}") from exc
             tx.effects.append(LoggedEffect(key, seq, tool, effect_class, status, record, problem))
 
         def order(tx: LoggedTx) -> tuple[int, int]:

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from atomix.effects import Effect, EffectClass
@@ -65,19 +63,20 @@ class DeliveryRetries:
     """
 
     # What the host (TxLog) provides.
-    directory: Path
+    location: str
     closed: bool
     errors: list[Exception]
     max_delivery_attempts: int
     retry_backoff: float
     retry_backoff_max: float
     _lock: threading.Lock
-    _conn: sqlite3.Connection
     _live: dict[Ident, str]
 
     if TYPE_CHECKING:
 
         def _write(self, statements: Iterable[tuple[str, Any]], *, sync: bool = False) -> None: ...
+
+        def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
     def _init_retries(self) -> None:
         """The empty retry queue; the host calls it once its lock exists."""
@@ -128,7 +127,7 @@ class DeliveryRetries:
                 heapq.heappush(self._retries, (due, next(self._retry_n), ident, effect))
             if self._retrier is None:
                 self._retrier = threading.Thread(
-                    target=self._retry_loop, name=f"atomix-log-retry:{self.directory}", daemon=True
+                    target=self._retry_loop, name=f"atomix-log-retry:{self.location}", daemon=True
                 )
                 self._retrier.start()
             self._retry_wake.notify_all()
@@ -161,11 +160,11 @@ class DeliveryRetries:
             if self.closed:
                 return
             run_id, txid = ident
-            row = self._conn.execute(
+            rows = self._query(
                 "SELECT attempts FROM deliveries WHERE run_id = ? AND txid = ? AND key = ?",
                 (run_id, txid, effect.key),
-            ).fetchone()
-            attempts = (row[0] if row else 1) + 1
+            )
+            attempts = (rows[0][0] if rows else 1) + 1
             statements: list[tuple[str, Any]] = []
             finished = False
             if error is None:
@@ -198,12 +197,12 @@ class DeliveryRetries:
         """Recovery's failed delivery of one effect: count it; True if that was the last
         attempt allowed and it went to the dead letters."""
         with self._lock:
-            row = self._conn.execute(
+            rows = self._query(
                 "SELECT attempts FROM deliveries WHERE run_id = ? AND txid = ? AND key = ?",
                 (run_id, txid, key),
-            ).fetchone()
+            )
             # A commit that got as far as this effect tried it once (status failed).
-            attempts = (row[0] if row else int(status == FAILED)) + 1
+            attempts = (rows[0][0] if rows else int(status == FAILED)) + 1
             if attempts >= self.max_delivery_attempts:
                 self._write(dead_rows((run_id, txid), key, attempts, error))
                 return True

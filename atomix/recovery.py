@@ -214,7 +214,7 @@ def recover(
     must exist (`LogError` otherwise), and no live process may hold it (`LogBusy`)."""
     own = not isinstance(log, TxLog)
     txlog = log if isinstance(log, TxLog) else TxLog(log, create=False)
-    report = RecoveryReport(str(txlog.directory))
+    report = RecoveryReport(txlog.location)
     stores = _Stores()
     try:
         skip = set(txlog.own_runs) | (exclude_runs or set())

@@ -88,12 +88,18 @@ class Runtime:
                 "session (`delivery_key`), as the experiment harness's does; Runtime's tool "
                 "shims do not, so leave both True"
             )
-        # log: a durable transaction log (a directory, or a TxLog for other settings); with
-        # `recover`, what a dead earlier run left in it is finished or aborted now, as far as
-        # it can be without this program's tools (see `recover`).
+        # log: a durable transaction log (a directory, or a TxLog for other settings; with a
+        # postgresql:// coordinator, "coordinator" keeps it in the coordinator's database, where
+        # a survivor on any host recovers it: atomix.coordinator.db_log); with `recover`, what
+        # a dead earlier run left in it is finished or aborted now, as far as it can be
+        # without this program's tools (see `recover`).
         self.log: TxLog | None = None
         self.recovery: RecoveryReport | None = None
         run_id = None
+        if isinstance(log, str) and log == "coordinator":
+            from atomix.coordinator.db_log import coordinator_log
+
+            log = coordinator_log(coordinator)
         if log is not None:
             self.log = log if isinstance(log, TxLog) else TxLog(log)
             if recover:
@@ -155,6 +161,9 @@ class Runtime:
         logged = self.log is not None and not self.log.closed
         if not logged and getattr(self, "membership", None) is None:
             return  # nothing is released that another runtime could recover
+        membership = getattr(self, "membership", None)
+        if membership is not None and membership.out_of_its_hands():
+            return  # fenced: a survivor recovers its transactions, whatever it does now
         with self.coordinator.lock:
             live = sorted(tx.txid for tx in self.coordinator.core.active())
         if live:

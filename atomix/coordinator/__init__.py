@@ -10,20 +10,40 @@ in `atomix.manager`: the coordinator only orders the calls made to it.
 
 Which one: ``sqlite:///PATH`` for processes on one host (no server; appends serialised by a
 file lock, waiters poll); ``postgresql://`` for processes on several hosts, or many busy
-processes (advisory locks, LISTEN/NOTIFY, leases on the server's clock).
+processes (lock-free appends, LISTEN/NOTIFY, leases on the server's clock).
 
 What is shared and what is not: the coordinator's database holds the event log (epochs,
-scope registrations, frontiers, decisions) and the leases. Each process's durable log
-(`Runtime(log=DIR)`: intents, committed marks, settlements, keys, dead letters) stays in
-its own directory, and the coordinator records only its path. So a survivor can recover a
-dead process's effects only if it can open that directory: always on one host; across hosts
-only on storage both see (a shared volume). A recoverer that cannot see the log settles the
-dead process's transactions in the shared core all the same (their scopes are released), but
-without finishing or compensating their effects: `atomix recover LOGDIR` on the dead
-process's host does that part. Every append takes one lock, so the whole coordinator's
-appends per second are bounded by one append's time under the lock (measure with
-``python -m harness.bench.coordinator``); disjoint scopes never wait on each other, but they
-share that bound.
+scope registrations, frontiers, decisions) and the leases. Where each process's durable log
+(intents, committed marks, settlements, keys, dead letters) lives, `Runtime(log=...)` says:
+
+- ``log="coordinator"`` (a ``postgresql://`` coordinator only): in the coordinator's database,
+  one schema per process (`atomix.coordinator.db_log`). A survivor on any host, or
+  ``atomix recover --coordinator URL``, finishes a dead process's committed transactions by
+  key and compensates the rest from the database alone. Asked for, not implied by the
+  coordinator: a log costs a synchronous commit per transaction with effects, as a directory's
+  costs an fsync, and a runtime without one is unchanged.
+- ``log=DIR``: a directory of its own; the coordinator records only its path. A survivor
+  recovers the dead process's effects only if it can open that directory: always on one host
+  (the right choice with a ``sqlite:///`` coordinator, whose processes share a host anyway);
+  across hosts only on storage both see. A recoverer that cannot see the log settles the dead
+  process's transactions in the shared core all the same (their scopes are released), but
+  without finishing or compensating their effects: `atomix recover LOGDIR` on the dead
+  process's host does that part.
+- no log: a dead process's transactions are settled in the shared core (their scopes
+  released), and their effects are neither finished nor compensated.
+
+A second recoverer never repeats the first's work: it takes a dead member only through the
+store's claim, and the member's log opens for one process at a time (a lock file; in the
+database, an advisory lock of the log's connection).
+
+Cost: a state-changing call is one append, and a transaction of one tool call four (begin,
+the call, seal and commit, finish). PostgreSQL appends take no lock: each is one statement
+that inserts at the sequence's next position and reads the events before it, and decisions
+are made when the events are replayed, so appenders of many processes proceed at once. A
+SQLite append is one short write under the file lock, so SQLite appends are one at a time.
+Every replica replays every event, so each process's share of the work grows with the number
+of processes. Measure with ``python -m harness.bench.coordinator``; disjoint scopes never
+wait on each other.
 """
 
 from atomix.coordinator.members import (

@@ -4,17 +4,20 @@ survivor.
 `attach` makes a runtime's core a `ReplicatedCore` on the coordinator's store, registers the
 process as a member, replays the log, and starts three daemon threads:
 
-- the listener catches the replica up when the log grows (PostgreSQL: `LISTEN`; SQLite: a
-  poll of the file's version while a transaction of this process waits, and none otherwise),
-  which wakes this process's waiters when another process settles what they wait for;
+- the listener, while a transaction of this process waits (and never otherwise), catches
+  the replica up when the log grows (PostgreSQL: `LISTEN`; SQLite: a poll of the file's
+  version), which wakes this process's waiters when another process settles what they wait
+  for;
 - the heartbeat renews the lease every `heartbeat` seconds, and does nothing else (a
   recovery can take long; the store renews without waiting for the appends' lock);
 - the recoverer, as often, fences members whose lease is older than `lease` — except a
-  member whose durable log is still locked (the log's lock file is held by a live process
-  until it exits, so that member is alive, only slow) — and recovers them: it claims one (a
-  second recoverer skips it), opens its durable log, finishes its committed transactions by
-  key and compensates the rest (`atomix.recovery`), then settles them in the shared core in
-  one append, so their scopes are released to everyone else.
+  member whose durable log is still locked (the log's lock file, or for a log in the
+  coordinator's database its connection's advisory lock, is held by a live process until it
+  exits, so that member is alive, only slow) — and recovers them: it claims one (a
+  second recoverer skips it), fences it in the log (`ReplicatedCore.fence_member`), opens its
+  durable log, finishes its committed transactions by key and compensates the rest
+  (`atomix.recovery`), then settles them in the shared core in one append, so their scopes
+  are released to everyone else.
 
 A fenced process that comes back finds every write refused with `Fenced`.
 """
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from atomix.coordinator.db_log import CoordinatorLog, log_held_in, log_name
 from atomix.coordinator.replica import ReplicatedCore
 from atomix.coordinator.store import CoordinatorError, Member, Store
 from atomix.coordinator.urls import open_store
@@ -118,6 +122,16 @@ class Membership:
             thread.start()
             self._threads.append(thread)
 
+    def out_of_its_hands(self) -> bool:
+        """Whether this process was fenced (its lease, or a fence in the log): then its
+        unsettled transactions are a survivor's to recover, and it may close regardless."""
+        replica = self.replica
+        try:
+            replica.catch_up()  # a survivor may have fenced or settled it meanwhile
+        except Exception:  # noqa: BLE001 - a store that cannot be read proves nothing
+            pass
+        return self.fenced or replica.member in replica.fenced
+
     def parked(self) -> None:
         """A transaction of this process started waiting: look for news."""
         self._parked.set()
@@ -125,10 +139,11 @@ class Membership:
     # -- threads ---------------------------------------------------------------------------------
     def _listen(self) -> None:
         store, replica = self.store, self.replica
-        polls = getattr(store, "polls", False)
         while not self._stop.is_set():
             try:
-                if polls and not self.has_waiters():
+                # News matters only to a waiter here: without one, reading the log on every
+                # other process's settlement would cost each process a query per commit.
+                if not self.has_waiters():
                     self._parked.wait(0.5)
                     self._parked.clear()
                     if not self.has_waiters():
@@ -201,11 +216,19 @@ def recover_members(
     into: list[RecoveredMember] | None = None,
 ) -> list[RecoveredMember]:
     """Fence expired members and recover each claimable fenced one (see the module docstring)."""
-    store.fence_expired(lease, log_held)
+    url = store.url
+
+    def alive(member: Member) -> bool:  # its log is held: by a live process
+        return log_held(member) or log_held_in(url, member.log_dir)
+
+    store.fence_expired(lease, alive)
     done: list[RecoveredMember] = []
     while (dead := store.claim(replica.member)) is not None:
         try:
-            found = _recover_one(dead, replica, tools, own_log)
+            # In the log before its durable log is read: an append of the dead member still
+            # in flight lands after the fence, so no replica (nor the member) acts on it.
+            replica.fence_member(dead.id)
+            found = _recover_one(dead, replica, tools, own_log, url)
         except BaseException:
             store.release(dead.id, recovered=False)
             raise
@@ -223,15 +246,20 @@ def _recover_one(
     replica: ReplicatedCore,
     tools: Mapping[str, ToolSpec | None] | None,
     own_log: TxLog | None,
+    url: str,
 ) -> RecoveredMember | None:
     compensated = False
     if dead.log_dir:
-        if own_log is not None and Path(dead.log_dir) == own_log.directory:
+        if own_log is not None and dead.log_dir == own_log.location:
             # A restarted process recovering its own predecessor: the log is already ours.
             report = recover(own_log, tools=tools)
         else:
+            name = log_name(dead.log_dir)  # a log in the coordinator's database, or a directory
             try:
-                log = TxLog(dead.log_dir, create=False)
+                log = (
+                    TxLog(dead.log_dir, create=False) if name is None
+                    else CoordinatorLog(url, name, create=False)
+                )
             except LogBusy:
                 return None  # the process still holds its log: it is alive, wait for it
             except LogError:
@@ -293,7 +321,7 @@ def attach(
         member = store.register(
             pid=os.getpid(),
             host=socket.gethostname(),
-            log_dir=None if log is None else str(log.directory),
+            log_dir=None if log is None else log.location,
             options=options_fingerprint(co.core.options),
         )
         replica.join(member)
@@ -306,7 +334,7 @@ def attach(
     membership = Membership(
         store, replica, settings, member, log, co.tools, has_waiters=lambda: bool(wakers)
     )
-    # Tell the listener when a transaction here starts to wait (SQLite polls only then).
+    # Tell the listener when a transaction here starts to wait (it reads the log only then).
     park = co._park
 
     def parked(txid: int, signal: Any) -> None:
@@ -318,7 +346,7 @@ def attach(
         # A predecessor of this process on the same log (it died): fence it, so that it is
         # recovered from this log at once.
         for other in store.members():
-            if other.log_dir == str(log.directory) and other.id != member and other.status == "live":
+            if other.log_dir == log.location and other.id != member and other.status == "live":
                 store.fence(other.id)
     if settings.recover_others:
         try:
