@@ -120,3 +120,17 @@ def test_mcp_proxy_refuses_a_bad_coordinator(tmp_path: Path) -> None:
         input="", capture_output=True, text=True, timeout=120, cwd=ROOT,
     )
     assert run.returncode == 2 and "--coordinator" in run.stderr and "allowed are" in run.stderr
+
+
+def test_mcp_proxy_log_in_the_coordinator_needs_a_postgresql_one(tmp_path: Path) -> None:
+    """`--log coordinator` keeps the proxy's log in a PostgreSQL coordinator's database; with
+    an SQLite coordinator it is refused, saying what to do instead (no traceback)."""
+    policy = _policy(tmp_path, NOTES_POLICY)
+    run = subprocess.run(
+        [*_atomix(), "mcp-proxy", "--policy", str(policy), "--log", "coordinator",
+         "--coordinator", f"sqlite://{tmp_path}/c.db", "--", *_upstream(tmp_path / "up")],
+        input="", capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert run.returncode == 2, run.stderr
+    assert "--log coordinator" in run.stderr and "postgresql://" in run.stderr
+    assert "Traceback" not in run.stderr

@@ -170,11 +170,13 @@ def mcp_proxy(
         ),
     ],
     log: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--log",
-            metavar="DIR",
-            help="A durable transaction log directory (Runtime(log=DIR)).",
+            metavar="DIR|coordinator",
+            help="A durable transaction log directory (Runtime(log=DIR)), or 'coordinator' to "
+            "keep it in the --coordinator's PostgreSQL database (./coordinator for a directory "
+            "of that name).",
             show_default=False,
         ),
     ] = None,
@@ -199,7 +201,8 @@ def mcp_proxy(
             "atomix mcp-proxy --policy POLICY.yaml -- SERVER_COMMAND..."
         )
     try:
-        code = run_proxy(load_policy(policy), policy, command, log_dir=log, coordinator=coordinator)
+        log_dir = None if log is None else log if log == "coordinator" else Path(log)
+        code = run_proxy(load_policy(policy), policy, command, log_dir=log_dir, coordinator=coordinator)
     except (PolicyError, ProxyStartError) as exc:
         fail(f"atomix mcp-proxy: {exc}")
     raise typer.Exit(code)

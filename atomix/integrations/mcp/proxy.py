@@ -476,7 +476,7 @@ async def serve(
                 runtime = Runtime(
                     apply_attempts=1, strict=True, log=log_dir, recover=False, coordinator=coordinator
                 )
-            except LogError as exc:
+            except (LogError, ValueError) as exc:  # (ValueError: --log coordinator without one)
                 raise ProxyStartError(f"--log {log_dir}: {exc}") from exc
             except CoordinatorError as exc:
                 raise ProxyStartError(f"--coordinator: {exc}") from exc
