@@ -5,6 +5,10 @@ a live process holds the log (it then says so). It lists the unfinished transact
 (pending), the deliveries that failed and wait for a retry, the dead letters and the
 quarantined records; `LogStatus.lines()` renders them for a terminal of 80 columns and
 `LogStatus.data()` as JSON data.
+
+The logs kept in a coordinator's PostgreSQL database are read the same way, by the same
+queries (`fill_status`), in `atomix.coordinator.db_log_admin.log_statuses` (``atomix recover
+--status --coordinator URL``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,39 +164,45 @@ def read_status(directory: str | os.PathLike[str]) -> LogStatus:
                 raise LogLost(path, lost_body(directory, str(sidecar["log"]), found=meta.get("log_id")))
             if wal_missing and meta.get("token") != sidecar.get("token"):
                 raise LogLost(directory / (LOG_FILE + "-wal"), lost_wal(directory, sidecar))
-        counts: dict[tuple[str, int], list[int]] = {}
-        for run_id, txid, st in conn.execute("SELECT run_id, txid, status FROM effects"):
-            slot = counts.setdefault((run_id, txid), [0, 0])
-            slot[0] += 1
-            slot[1] += st not in SETTLED
-        for run_id, txid, state in conn.execute(
-            "SELECT run_id, txid, state FROM txs ORDER BY commit_seq IS NULL, commit_seq, rowid"
-        ):
-            n, left = counts.get((run_id, txid), [0, 0])
-            status.pending.append(PendingTx(f"{run_id}/tx{txid}", str(state), n, left))
-        if "deliveries" in tables:
-            for run_id, txid, key, tool, attempts, error, due in conn.execute(
-                "SELECT d.run_id, d.txid, d.key, coalesce(e.tool, '?'), d.attempts, d.last_error, "
-                "d.next_at FROM deliveries d LEFT JOIN effects e "
-                "ON e.run_id = d.run_id AND e.txid = d.txid AND e.key = d.key ORDER BY d.rowid"
-            ):
-                status.retried.append(
-                    Delivery(f"{run_id}/tx{txid}", key, tool, attempts, error or "", due)
-                )
-            for run_id, txid, key, tool, attempts, error, died in conn.execute(
-                "SELECT run_id, txid, key, tool, attempts, last_error, died FROM dead_letters "
-                "ORDER BY died"
-            ):
-                status.dead.append(Delivery(f"{run_id}/tx{txid}", key, tool, attempts, error or "", died))
-            status.quarantined = [
-                Quarantined(*row)
-                for row in conn.execute("SELECT what, ident, reason, record FROM quarantine ORDER BY n")
-            ]
+        fill_status(status, lambda sql: conn.execute(sql).fetchall(), deliveries="deliveries" in tables)
     except sqlite3.Error as exc:
         raise LogError(path, f"corrupt or unreadable Atomix log: {exc}") from exc
     finally:
         conn.close()
     return status
+
+
+def fill_status(
+    status: LogStatus, query: Callable[[str], Sequence[Sequence[Any]]], *, deliveries: bool = True
+) -> None:
+    """Fill `status` from a log's tables: `query` runs one statement (the log's tables, either
+    store: SQLite's and PostgreSQL's spelling alike) and returns its rows. `deliveries`: the
+    log has the retry tables (a log older than them has not)."""
+    counts: dict[tuple[str, int], list[int]] = {}
+    for run_id, txid, st in query("SELECT run_id, txid, status FROM effects"):
+        slot = counts.setdefault((run_id, txid), [0, 0])
+        slot[0] += 1
+        slot[1] += st not in SETTLED
+    for run_id, txid, state in query(
+        "SELECT run_id, txid, state FROM txs ORDER BY commit_seq IS NULL, commit_seq, rowid"
+    ):
+        n, left = counts.get((run_id, txid), [0, 0])
+        status.pending.append(PendingTx(f"{run_id}/tx{txid}", str(state), n, left))
+    if not deliveries:
+        return
+    for run_id, txid, key, tool, attempts, error, due in query(
+        "SELECT d.run_id, d.txid, d.key, coalesce(e.tool, '?'), d.attempts, d.last_error, "
+        "d.next_at FROM deliveries d LEFT JOIN effects e "
+        "ON e.run_id = d.run_id AND e.txid = d.txid AND e.key = d.key ORDER BY d.rowid"
+    ):
+        status.retried.append(Delivery(f"{run_id}/tx{txid}", key, tool, attempts, error or "", due))
+    for run_id, txid, key, tool, attempts, error, died in query(
+        "SELECT run_id, txid, key, tool, attempts, last_error, died FROM dead_letters ORDER BY died"
+    ):
+        status.dead.append(Delivery(f"{run_id}/tx{txid}", key, tool, attempts, error or "", died))
+    status.quarantined = [
+        Quarantined(*row) for row in query("SELECT what, ident, reason, record FROM quarantine ORDER BY n")
+    ]
 
 
 def _holder(lock: Path) -> str | None:
@@ -208,4 +219,4 @@ def _holder(lock: Path) -> str | None:
     return None
 
 
-__all__ = ["ID_FILE", "Delivery", "LogStatus", "PendingTx", "read_status"]
+__all__ = ["ID_FILE", "Delivery", "LogStatus", "PendingTx", "fill_status", "read_status"]

@@ -334,7 +334,9 @@ def test_one_opener_at_a_time_and_a_missing_log_is_an_error(pg_url: str) -> None
         log.close()
     assert not log_held_in(pg_url, log.location)
     assert not log_held_in(pg_url, "/some/directory")
-    CoordinatorLog(pg_url, "busy", create=False).close()  # free again
+    assert log.dropped  # it held nothing: closing it cleanly removed it
+    with pytest.raises(LogError, match="no Atomix log of this name"):
+        CoordinatorLog(pg_url, "busy", create=False)
     with pytest.raises(LogError, match="no Atomix log of this name"):
         CoordinatorLog(pg_url, "never-made", create=False)
     with pytest.raises(ValueError, match="printable"):

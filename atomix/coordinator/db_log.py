@@ -34,6 +34,31 @@ in order: the SQLite log's rule (``synchronous=NORMAL`` + FULL at the commit poi
 client loses nothing it committed; only a crash of the server can lose asynchronous commits.
 The SQLite log's sidecar and token (a lost WAL file) have no counterpart: the server's own
 recovery keeps its WAL whole.
+
+Clean-up: every process makes a log of its own, so a log goes (its schema and its row in
+``atomix_log.logs``, in one transaction committed synchronously, under the registry's lock)
+once it is finished: closing a `CoordinatorLog` drops it when it holds no unfinished work (no
+row in ``txs``, ``effects``, ``deliveries``, ``dead_letters`` or ``quarantine``: dead letters
+and quarantined records wait for a human, and ``atomix recover --status --coordinator URL``
+lists them) and no store keys of another run wait to be pruned. That covers the process's
+own clean close (`Runtime.close`) and a recoverer's clean recovery of a dead member's log
+(it opens, recovers and closes the log). Only the holder of the log's lock drops it, so a
+live process's log is never dropped. A log that could not be dropped (its connection was
+lost, the process was killed) is swept by ``atomix recover --coordinator URL``
+(`atomix.coordinator.db_log_admin.sweep_logs`): every log no live or fenced member names and
+whose lock is free is recovered (built-in adapters' effects) and closed, so dropped if it is
+then finished. ``atomix recover --status --coordinator URL`` reads every log without its lock
+(`atomix.coordinator.db_log_admin.log_statuses`).
+
+Key pruning (``stores`` and ``finished_runs``, `atomix.log_housekeeping`): the applied keys a
+run left in the adapter stores are there for a redelivery from the log. At its own clean
+close a process prunes its runs' keys at once, after the drop committed: the log, the only
+source of a redelivery, is gone, and no effect of the process is in flight (close refuses
+with a transaction open). A dead member's runs are another matter: the process may still be
+applying (cut off from the database, not from the stores), so their keys are kept for
+``key_retention`` as with a directory: the recovered log stays, holding only its ``stores``
+rows, until a sweep finds the retention passed, prunes them and drops it. A prune that fails
+is warned about and leaves the keys (harmless: a key only dedupes).
 """
 
 from __future__ import annotations
@@ -44,7 +69,9 @@ import re
 import secrets
 import socket
 import threading
+import warnings
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atomix.coordinator.store import CoordinatorError
@@ -57,6 +84,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LOCATOR",
     "CoordinatorLog",
+    "NoSuchLog",
     "coordinator_log",
     "locator",
     "log_held_in",
@@ -99,6 +127,11 @@ _TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "stores": ("run_id text NOT NULL, kind text NOT NULL, path text NOT NULL", ("run_id", "kind", "path")),
     "finished_runs": ("run_id text, at double precision NOT NULL", ("run_id",)),
 }
+
+#: Why closing kept a log (`CoordinatorLog.kept`).
+WORK, KEYS, LOST = "work", "keys", "lost"
+#: The tables whose rows are work left in the log (for a program, a recoverer or a human).
+_WORK_TABLES = ("txs", "effects", "deliveries", "dead_letters", "quarantine")
 
 _INSERT_OR = re.compile(r"^INSERT OR (IGNORE|REPLACE) INTO (\w+)")
 
@@ -167,6 +200,10 @@ def _safe(url: str) -> str:
     return url
 
 
+class NoSuchLog(LogError):
+    """No log of this name in the coordinator's database (never made, or finished and dropped)."""
+
+
 class CoordinatorLog(TxLog):
     """A `TxLog` whose records live in the coordinator's PostgreSQL database (see the module
     docstring), opened for one process at a time by name.
@@ -208,10 +245,7 @@ class CoordinatorLog(TxLog):
         except pg.Error as exc:
             raise CoordinatorError(f"log {self.location}: cannot reach {_safe(url)}: {exc}") from exc
         try:
-            self.number = self._register(conn, create=create)
-            (got,) = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, self.number)).fetchone()
-            if not got:
-                raise LogBusy(self.location, "the Atomix log is in use (a live process's connection holds it)")
+            self.number = self._take(conn, create=create)
             idle, interval, count = KEEPALIVE
             conn.execute(f"SET search_path TO atomix_log_{self.number}")
             conn.execute(f"SET tcp_keepalives_idle = {idle}")
@@ -226,6 +260,11 @@ class CoordinatorLog(TxLog):
                 raise CoordinatorError(f"log {self.location}: cannot open it in {_safe(url)}: {exc}") from exc
             raise
         self._pg: psycopg.Connection[Any] = conn
+        #: Whether closing dropped the log (it was finished: see the module docstring), and
+        #: if not, why it was kept: WORK, KEYS (a dead run's keys wait for key_retention) or
+        #: LOST (the connection or the drop failed: a sweep drops it later).
+        self.dropped = False
+        self.kept: str | None = None
         self.log_id = str(meta.get("log_id"))
         self._run_prefix = f"log{self.number}-r"
         try:
@@ -237,6 +276,19 @@ class CoordinatorLog(TxLog):
         except BaseException:
             conn.close()
             raise
+
+    def _take(self, conn: psycopg.Connection[Any], *, create: bool) -> int:
+        """Register the log if need be and take its lock: its number. A log dropped between
+        the two (its holder finished it) is looked up again: gone (`LogError`), or made anew."""
+        for _ in range(3):
+            number = self._register(conn, create=create)
+            got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, number)).fetchone()
+            if not (got and got[0]):
+                raise LogBusy(self.location, "the Atomix log is in use (a live process's connection holds it)")
+            if conn.execute("SELECT 1 FROM atomix_log.logs WHERE n = %s", (number,)).fetchone():
+                return number
+            conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, number))
+        raise NoSuchLog(self.location, "the log keeps being removed while it is opened")
 
     def _register(self, conn: psycopg.Connection[Any], *, create: bool) -> int:
         """The log's number, registering it (and making its schema) if it is new."""
@@ -251,7 +303,7 @@ class CoordinatorLog(TxLog):
             if row is not None:
                 return int(row[0])
             if not create:
-                raise LogError(self.location, "no Atomix log of this name in the coordinator's database")
+                raise NoSuchLog(self.location, "no Atomix log of this name in the coordinator's database")
             found = conn.execute(
                 "INSERT INTO atomix_log.logs (name) VALUES (%s) RETURNING n", (self.name,)
             ).fetchone()
@@ -289,7 +341,72 @@ class CoordinatorLog(TxLog):
                     cur.execute(to_postgres(sql), params)
 
     def _close_store(self) -> None:
-        self._pg.close()  # the session's advisory lock goes with it
+        prune: list[tuple[str, str, str]] = []
+        try:
+            prune = self._drop_if_finished()
+        except self._db_errors as exc:
+            self.kept = LOST
+            warnings.warn(
+                f"atomix log {self.location}: could not remove the finished log ({exc}); "
+                "`atomix recover --coordinator URL` removes it later",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        finally:
+            self._pg.close()  # the session's advisory lock goes with it
+        _prune_keys(self.location, prune)
+
+    def _drop_if_finished(self) -> list[tuple[str, str, str]]:
+        """Drop the log if it is finished (see the module docstring); the (run, kind, path)
+        stores whose applied keys this process's own runs left, to prune now. Caller locks."""
+        conn = self._pg
+        if conn.closed or getattr(conn, "broken", False):
+            self.kept = LOST  # the log stays for a sweep
+            return []
+        with conn.transaction():
+            # The registry's lock first: a reader of the logs (`log_statuses`) takes it shared
+            # before any of their tables, so the drop and a reader never wait on each other.
+            conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_CLASS,))
+            row = conn.execute(
+                "SELECT " + " OR ".join(f"EXISTS (SELECT 1 FROM {t})" for t in _WORK_TABLES)
+            ).fetchone()
+            if row is None or row[0]:
+                self.kept = WORK  # unfinished work, or a human's
+                return []
+            stores = [(str(r), str(k), str(p)) for r, k, p in conn.execute(
+                "SELECT run_id, kind, path FROM stores").fetchall()]
+            if any(run not in self.own_runs for run, _, _ in stores):
+                self.kept = KEYS  # a dead run's keys wait for key_retention: for a sweep
+                return []
+            conn.execute("SET LOCAL synchronous_commit TO on")  # durable before any prune
+            conn.execute(f"DROP SCHEMA atomix_log_{int(self.number)} CASCADE")
+            conn.execute("DELETE FROM atomix_log.logs WHERE n = %s", (self.number,))
+        self.dropped = True
+        return stores
+
+
+def _prune_keys(location: str, stores: Sequence[tuple[str, str, str]]) -> None:
+    """Prune the applied keys a finished process's runs left in these stores (what recovery's
+    housekeeping does after key_retention; see the module docstring). Never fatal."""
+    from atomix.adapters.filesystem import FileStore
+    from atomix.adapters.sqlite import SQLiteStore
+
+    for run_id, kind, path in stores:
+        try:
+            if kind == "fs.write" and Path(path).is_dir():
+                FileStore(path, casefold=False).prune_keys(f"{run_id}:")
+            elif kind == "sqlite.row" and Path(path).exists():
+                db = SQLiteStore(path)
+                try:
+                    db.prune_keys(f"{run_id}:")
+                finally:
+                    db.close()
+        except Exception as exc:  # noqa: BLE001 - a key left behind only dedupes
+            warnings.warn(
+                f"atomix log {location}: applied keys of {run_id} not pruned from {path}: {exc}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
 
 def coordinator_log(coordinator: object) -> TxLog:

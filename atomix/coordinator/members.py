@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atomix.coordinator.db_log import CoordinatorLog, log_held_in, log_name
+from atomix.coordinator.db_log_admin import SweptLog, sweep_logs
 from atomix.coordinator.replica import ReplicatedCore
 from atomix.coordinator.store import CoordinatorError, Member, Store
 from atomix.coordinator.urls import open_store
@@ -363,13 +364,17 @@ def options_fingerprint(options: RuntimeOptions) -> str:
 
 
 def recover_coordinator(
-    url: str, *, lease: float = DEFAULT_LEASE
+    url: str, *, lease: float = DEFAULT_LEASE, swept: list[SweptLog] | None = None
 ) -> tuple[list[RecoveredMember], list[Member]]:
     """Join the coordinator at `url` for a moment, as `atomix recover --coordinator URL` does:
     fence the members whose lease is older than `lease` seconds (not those whose log is still
     held), recover every fenced member no live recoverer holds (built-in adapters' effects
     only: the tools of a user's program are not here), and leave. Returns what it recovered
-    and the members still fenced (their logs hold work for their program, or are in use)."""
+    and the members still fenced (their logs hold work for their program, or are in use).
+
+    With a ``postgresql://`` coordinator it then sweeps the logs in its database
+    (`atomix.coordinator.db_log_admin.sweep_logs`): each log no live or fenced member names
+    and no live process holds is recovered and dropped if finished; `swept` receives them."""
     settings = CoordinatorSettings(url, lease=lease, recover_others=False)
     store = open_store(settings.url)
     try:
@@ -382,7 +387,13 @@ def recover_coordinator(
         replica.join(member)
         try:
             done = recover_members(store, replica, settings.lease, None)
-            left = [m for m in store.members() if m.status == "fenced"]
+            members = store.members()
+            left = [m for m in members if m.status == "fenced"]
+            if url.startswith(("postgresql://", "postgres://")):
+                busy = {m.log_dir for m in members if m.log_dir and m.status in ("live", "fenced")}
+                found = sweep_logs(url, busy)
+                if swept is not None:
+                    swept.extend(found)
         finally:
             store.leave(member)
     finally:

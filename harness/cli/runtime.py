@@ -22,7 +22,8 @@ EXIT_UNFINISHED = 1
     short_help="Finish or abort what a dead program left in its durable log.",
     epilog=(
         "Examples: atomix recover ./atomix-log; atomix recover --status ./atomix-log --json; "
-        "atomix recover --coordinator postgresql://atomix@db/atomix"
+        "atomix recover --coordinator postgresql://atomix@db/atomix; "
+        "atomix recover --status --coordinator postgresql://atomix@db/atomix"
     ),
     help=(
         "Finish the committed transactions a dead program left in its durable log (each "
@@ -36,15 +37,20 @@ EXIT_UNFINISHED = 1
         "is refused."
         "\n\n"
         "--status only reads the log (also while a live program holds it): what is pending, "
-        "which failed deliveries wait for a retry, the dead letters and the quarantine."
+        "which failed deliveries wait for a retry, the dead letters and the quarantine. "
+        "--status --coordinator postgresql://... does so for every log kept in that "
+        "coordinator's database (Runtime(log=\"coordinator\"))."
         "\n\n"
         "--coordinator URL (instead of LOGDIR): fence the processes of that coordinator whose "
         "lease expired (never one whose log is still held), take over their transactions from "
-        "their logs, and leave; exit 1 if a fenced one could not be recovered."
+        "their logs, and leave; with a postgresql:// coordinator, then recover and remove the "
+        "finished logs in its database that no live process holds. Exit 1 if a fenced "
+        "process could not be recovered or a log still holds work."
         "\n\n"
         "Exit codes: 0 nothing left to do; 1 something is pending, retried, dead or needs a "
-        "human (with --status: the log holds any of these); 2 no usable log at LOGDIR (missing, "
-        "lost, corrupt), or it is in use by a live process."
+        "human (with --status: the log holds any of these; with --coordinator: any log does); "
+        "2 no usable log at LOGDIR (missing, lost, corrupt), or it is in use by a live "
+        "process, or a bad or unreachable --coordinator URL."
     ),
 )
 def recover(
@@ -70,7 +76,8 @@ def recover(
             "--coordinator",
             metavar="URL",
             help="Instead of one LOGDIR: take over the transactions of every dead process of "
-            "this coordinator (sqlite:///PATH or postgresql://...), from their logs.",
+            "this coordinator (sqlite:///PATH or postgresql://...), from their logs. With "
+            "--status: list the logs kept in its database (postgresql://... only).",
             show_default=False,
         ),
     ] = None,
@@ -86,8 +93,13 @@ def recover(
     from atomix.recovery import recover as recover_log
 
     if coordinator is not None:
-        if logdir is not None or status:
-            fail("atomix recover: --coordinator URL goes without LOGDIR and --status")
+        if logdir is not None:
+            fail("atomix recover: --coordinator URL goes without LOGDIR")
+        if status:
+            _status_coordinator(coordinator, as_json)
+            return
+        if as_json:
+            fail("atomix recover: --json goes with --status (recovery itself prints a report)")
         _recover_coordinator(coordinator, lease)
         return
     if logdir is None:
@@ -117,14 +129,43 @@ def recover(
         raise typer.Exit(EXIT_UNFINISHED)
 
 
+def _status_coordinator(url: str, as_json: bool) -> None:
+    """`--status --coordinator URL`: every log in the coordinator's database, read-only."""
+    from atomix.coordinator import CoordinatorError
+    from atomix.coordinator.db_log_admin import log_statuses
+
+    if not url.startswith(("postgresql://", "postgres://")):
+        fail(
+            f"atomix recover --status --coordinator: {url!r} is not allowed: logs are kept in a "
+            "coordinator's database only with 'postgresql://USER@HOST/DB' (Runtime(log="
+            "\"coordinator\")); a log directory's status is atomix recover --status LOGDIR"
+        )
+    try:
+        found = log_statuses(url)
+    except (CoordinatorError, ValueError) as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps({"logs": [s.data() for s in found]}, indent=2, sort_keys=True))
+    else:
+        if not found:
+            stdout().print(Text("no log in the coordinator's database"))
+        for i, each in enumerate(found):
+            for line in ([""] if i else []) + each.lines():
+                stdout().print(Text(line), soft_wrap=True)
+    if any(not s.empty for s in found):
+        raise typer.Exit(EXIT_UNFINISHED)
+
+
 def _recover_coordinator(url: str, lease: float) -> None:
     from atomix.coordinator import CoordinatorError, recover_coordinator
+    from atomix.coordinator.db_log_admin import SweptLog
     from atomix.log import LogError
 
     if not lease > 0:
         fail(f"atomix recover: --lease must be > 0 seconds, got {lease}")
+    swept: list[SweptLog] = []
     try:
-        done, left = recover_coordinator(url, lease=lease)
+        done, left = recover_coordinator(url, lease=lease, swept=swept)
     except (CoordinatorError, LogError) as exc:
         fail(f"atomix recover --coordinator: {exc}")
     for found in done:
@@ -141,7 +182,9 @@ def _recover_coordinator(url: str, lease: float) -> None:
         )
     if not done and not left:
         stdout().print(Text("no dead process to recover"))
-    if left:
+    for log in swept:
+        stdout().print(Text(log.line()), soft_wrap=True)
+    if left or any(log.needs_work for log in swept):
         raise typer.Exit(EXIT_UNFINISHED)
 
 
