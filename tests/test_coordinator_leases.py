@@ -95,3 +95,36 @@ def test_log_held_tells_a_live_log_from_a_released_one(tmp_path: Path) -> None:
         log.close()
     assert not log_held(member)
     assert not log_held(Member(2, "live", None, 1, "here"))
+
+
+def test_a_member_that_takes_long_to_join_keeps_its_lease(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Joining replays the whole log (and then recovers dead members), which can outlast a
+    lease on a long log. The lease is renewed from registration on, so a survivor's recoverer
+    never fences a member that is still joining."""
+    from atomix import Runtime
+    from atomix.coordinator import CoordinatorSettings
+    from atomix.coordinator.replica import ReplicatedCore
+
+    settings = CoordinatorSettings(url, lease=0.5, heartbeat=0.1)
+    survivor = Runtime(coordinator=settings)
+    join = ReplicatedCore.join
+
+    def slow_join(self: ReplicatedCore, member: int) -> None:
+        time.sleep(2.0)  # four leases: a long log to replay
+        join(self, member)
+
+    monkeypatch.setattr(ReplicatedCore, "join", slow_join)
+    try:
+        joiner = Runtime(coordinator=settings)
+        monkeypatch.undo()
+        try:
+            assert joiner.membership is not None
+            assert joiner.membership.member not in [
+                m.id for m in survivor.membership.store.members() if m.status != "live"  # type: ignore[union-attr]
+            ]
+            with joiner.transaction() as tx:
+                tx.read("name:x")
+        finally:
+            joiner.close()
+    finally:
+        survivor.close()

@@ -114,14 +114,21 @@ class Membership:
     _threads: list[threading.Thread] = field(default_factory=list)
     _closed: bool = False
 
+    def start_heartbeat(self) -> None:
+        """Renew the lease from now on: started before the member replays the log and
+        recovers dead members, either of which can outlast a lease."""
+        self._spawn(self._beat, "heartbeat")
+
     def start(self) -> None:
-        threads = [(self._listen, "listener"), (self._beat, "heartbeat")]
+        """The listener and the recoverer (the heartbeat runs already)."""
+        self._spawn(self._listen, "listener")
         if self.settings.recover_others:
-            threads.append((self._recover_loop, "recoverer"))
-        for target, name in threads:
-            thread = threading.Thread(target=target, name=f"atomix-coordinator-{name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            self._spawn(self._recover_loop, "recoverer")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=f"atomix-coordinator-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
 
     def out_of_its_hands(self) -> bool:
         """Whether this process was fenced (its lease, or a fence in the log): then its
@@ -145,6 +152,7 @@ class Membership:
                 # News matters only to a waiter here: without one, reading the log on every
                 # other process's settlement would cost each process a query per commit.
                 if not self.has_waiters():
+                    store.quiet()
                     self._parked.wait(0.5)
                     self._parked.clear()
                     if not self.has_waiters():
@@ -317,6 +325,8 @@ def attach(
     """Make `co`'s core a replica on the coordinator `coordinator` names, and join it."""
     settings = coordinator if isinstance(coordinator, CoordinatorSettings) else CoordinatorSettings(coordinator)
     store = open_store(settings.url)
+    wakers = co._wakers
+    membership: Membership | None = None
     try:
         replica = ReplicatedCore(store, co.core.options, lock=co.lock, wake=co._wake)
         member = store.register(
@@ -325,16 +335,20 @@ def attach(
             log_dir=None if log is None else log.location,
             options=options_fingerprint(co.core.options),
         )
+        membership = Membership(
+            store, replica, settings, member, log, co.tools, has_waiters=lambda: bool(wakers)
+        )
+        membership.start_heartbeat()
         replica.join(member)
     except BaseException:
+        if membership is not None:
+            membership._stop.set()
+            for thread in membership._threads:
+                thread.join(timeout=5)
         store.close()
         raise
     # The same calls, replicated: the session's steps cannot tell the difference.
     co.core = replica  # type: ignore[assignment]
-    wakers = co._wakers
-    membership = Membership(
-        store, replica, settings, member, log, co.tools, has_waiters=lambda: bool(wakers)
-    )
     # Tell the listener when a transaction here starts to wait (it reads the log only then).
     park = co._park
 

@@ -11,7 +11,8 @@ With psycopg 3 and its pool:
   keeps it if it commits) and reads again, so every reader sees the same gapless log. An
   appender that lost its position to a filler (it took `nextval` and was slower to insert
   than the filler) gets a unique violation and appends again at a new position;
-- waiters `LISTEN` on a connection of their own and catch up when notified;
+- while a transaction of the process waits, its listener `LISTEN`s on a connection of its
+  own and catches up when notified (and `UNLISTEN`s when none waits);
 - leases are rows whose heartbeat is the server's clock (`now()`), so hosts' clocks do not
   matter; a recoverer takes a fenced member's row `FOR UPDATE SKIP LOCKED` and holds it in an
   open transaction while it recovers, so a second recoverer skips it, and if the first dies
@@ -122,8 +123,10 @@ class PostgresStore:
             self._pool = ConnectionPool(
                 url, min_size=2, max_size=pool_size, kwargs={"autocommit": True}, open=True
             )
+            # LISTENs only while a transaction here waits (`wait_for_news`, `quiet`): the
+            # server signals every listening backend on every notify.
             self._listen = psycopg.connect(url, autocommit=True)
-            self._listen.execute(f"LISTEN {CHANNEL}")
+            self._listening = False
             # The heartbeat's own connection: it never waits for a pooled one behind appends.
             self._beat = psycopg.connect(url, autocommit=True)
         except psycopg.Error as exc:
@@ -294,7 +297,10 @@ class PostgresStore:
 
     def wait_for_news(self, since: int, timeout: float) -> bool:
         with self._listen_lock:
-            # Drop what queued while nobody listened: the look at the log below covers it.
+            if not self._listening:  # before the look at the log: no news falls between
+                self._listen.execute(f"LISTEN {CHANNEL}")
+                self._listening = True
+            # Drop what queued meanwhile: the look at the log below covers it.
             for _ in self._listen.notifies(timeout=0):
                 pass
             row = self._listen.execute("SELECT max(seq) FROM atomix_events").fetchone()
@@ -303,6 +309,13 @@ class PostgresStore:
             for _ in self._listen.notifies(timeout=timeout, stop_after=1):
                 return True
         return False
+
+    def quiet(self) -> None:
+        """No transaction here waits any more: stop listening (see `__init__`)."""
+        with self._listen_lock:
+            if self._listening:
+                self._listen.execute(f"UNLISTEN {CHANNEL}")
+                self._listening = False
 
     def close(self) -> None:
         for member in list(self._claims):

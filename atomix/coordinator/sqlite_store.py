@@ -286,6 +286,9 @@ class SQLiteStore:
             if time.monotonic() >= end:
                 return False
 
+    def quiet(self) -> None:
+        pass  # waiters poll, and only while they wait: nothing to stop
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()

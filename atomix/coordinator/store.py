@@ -112,6 +112,10 @@ class Store(Protocol):
         """Block until the log may have grown past `since` (or `timeout`): True if woken."""
         ...
 
+    def quiet(self) -> None:
+        """No transaction of this process waits any more: stop watching for news."""
+        ...
+
     def close(self) -> None: ...
 
 
