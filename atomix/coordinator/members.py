@@ -125,6 +125,12 @@ class Membership:
         if self.settings.recover_others:
             self._spawn(self._recover_loop, "recoverer")
 
+    def stop_threads(self) -> None:
+        self._stop.set()
+        self._parked.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=f"atomix-coordinator-{name}", daemon=True)
         thread.start()
@@ -200,10 +206,7 @@ class Membership:
         if self._closed:
             return
         self._closed = True
-        self._stop.set()
-        self._parked.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        self.stop_threads()
         try:
             mine = [t for t, m in self.replica.owner.items() if m == self.member]
             if mine:
@@ -342,9 +345,7 @@ def attach(
         replica.join(member)
     except BaseException:
         if membership is not None:
-            membership._stop.set()
-            for thread in membership._threads:
-                thread.join(timeout=5)
+            membership.stop_threads()
         store.close()
         raise
     # The same calls, replicated: the session's steps cannot tell the difference.
@@ -398,8 +399,11 @@ def recover_coordinator(
             pid=os.getpid(), host=socket.gethostname(), log_dir=None,
             options=options_fingerprint(replica.options),
         )
-        replica.join(member)
+        # Its lease is renewed while it replays the log and recovers (either may be long).
+        membership = Membership(store, replica, settings, member, None, {}, has_waiters=lambda: False)
+        membership.start_heartbeat()
         try:
+            replica.join(member)
             done = recover_members(store, replica, settings.lease, None)
             members = store.members()
             left = [m for m in members if m.status == "fenced"]
@@ -409,6 +413,7 @@ def recover_coordinator(
                 if swept is not None:
                     swept.extend(found)
         finally:
+            membership.stop_threads()
             store.leave(member)
     finally:
         store.close()
