@@ -130,6 +130,14 @@ def url_fixture(request: pytest.FixtureRequest, tmp_path: Path, pg: PgServer | s
     return pg.create_db(f"atomix_{os.getpid()}_{next(_counter)}")
 
 
+@pytest.fixture(name="pg_url")
+def pg_url_fixture(pg: PgServer | str) -> str:
+    """A fresh database on the module's throwaway server (skipped, saying why, without one)."""
+    if isinstance(pg, str):
+        pytest.skip(f"no PostgreSQL server: {pg}")
+    return pg.create_db(f"atomix_{os.getpid()}_{next(_counter)}")
+
+
 def configs(url: str, tmp: Path, n: int, **extra: object) -> list[dict[str, object]]:
     """One child configuration per process, sharing one data directory."""
     data = tmp / "data"

@@ -23,12 +23,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from coordinator_support import ROOT, PgServer, pg_fixture  # noqa: F401
+from coordinator_support import ROOT, pg_fixture, pg_url_fixture  # noqa: F401
+from crash_hooks import Crash, crash_at, reset_crash_hook  # noqa: F401
 
 import atomix.log as atomix_log
 from atomix import Runtime
@@ -40,33 +40,6 @@ from atomix.log import LogBusy, LogError
 from atomix.recovery import recover
 
 CHILD = Path(__file__).with_name("coordinator_log_child.py")
-_dbs = iter(range(1_000_000))
-
-
-@pytest.fixture(name="pg_url")
-def pg_url_fixture(pg: PgServer | str) -> str:
-    """A fresh database on the throwaway server (skipped, saying why, without one)."""
-    if isinstance(pg, str):
-        pytest.skip(f"no PostgreSQL server: {pg}")
-    return pg.create_db(f"atomix_log_{os.getpid()}_{next(_dbs)}")
-
-
-class _Crash(BaseException):
-    """A crash in-process: raised by the crash hook, past every `except Exception`."""
-
-
-@pytest.fixture(autouse=True)
-def _reset_hook() -> Iterator[None]:
-    yield
-    atomix_log.crash_hook = None
-
-
-def _crash_at(point: str) -> None:
-    def hook(at: str, detail: str) -> None:
-        if at == point:
-            raise _Crash(point)
-
-    atomix_log.crash_hook = hook
 
 
 def _lines(path: Path) -> list[str]:
@@ -158,12 +131,25 @@ def _check_recovered(url: str, tmp: Path, data: Path, info: dict[str, Any], foun
         log.close()
 
 
+def _open_once_released(url: str, name: str) -> CoordinatorLog:
+    """The dead process's log, once the server has noticed the process's connection closed
+    and ended its session (whose advisory lock holds the log): a moment after the kill."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return CoordinatorLog(url, name, create=False)
+        except LogBusy:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _check_left_behind(url: str, info: dict[str, Any]) -> None:
     """What the victim left, read from the database: the committed transaction with its two
     effects not applied, the open one with its reversible call."""
     name = log_name(info["log"])
     assert name is not None
-    log = CoordinatorLog(url, name, create=False)
+    log = _open_once_released(url, name)
     try:
         txs = {tx.state: sorted((e.tool, e.status) for e in tx.effects) for tx in log.unfinished()}
     finally:
@@ -252,8 +238,8 @@ def test_records_round_trip_and_are_committed_before_the_first_apply(pg_url: str
     assert run.startswith(f"log{log.number}-r1-")  # unique across the database's logs
 
     # Crash after the first step: recovery finishes the rest by key, and twice is a no-op.
-    _crash_at("step.marked")
-    with pytest.raises(_Crash), rt.transaction():
+    crash_at("step.marked")
+    with pytest.raises(Crash), rt.transaction():
         fs.write_text("b.txt", "B")
         db.put("t", 2, {"v": 2})
     atomix_log.crash_hook = None
@@ -283,8 +269,8 @@ def test_an_open_transactions_reversible_call_is_compensated_once(pg_url: str, t
     def reserve(ident: str) -> str:
         return ident
 
-    _crash_at("intent.written")  # at commit, before its mark: it aborts on recovery
-    with pytest.raises(_Crash), rt.transaction():
+    crash_at("intent.written")  # at commit, before its mark: it aborts on recovery
+    with pytest.raises(Crash), rt.transaction():
         reserve("X")
     atomix_log.crash_hook = None
     log.close()
@@ -299,8 +285,8 @@ def test_an_undecodable_record_is_quarantined_and_the_rest_recovers(pg_url: str,
     log = CoordinatorLog(pg_url, "salvage")
     rt = Runtime(log=log)
     fs = file_tools(rt, FileStore(tmp_path / "root"))
-    _crash_at("commit.marked")
-    with pytest.raises(_Crash), rt.transaction():
+    crash_at("commit.marked")
+    with pytest.raises(Crash), rt.transaction():
         fs.write_text("good.txt", "good")
         fs.write_text("bad.txt", "bad")
     atomix_log.crash_hook = None

@@ -18,13 +18,13 @@ without one):
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from coordinator_support import PgServer, pg_fixture  # noqa: F401
+from coordinator_support import pg_fixture, pg_url_fixture  # noqa: F401
+from crash_hooks import Crash, crash_at, reset_crash_hook  # noqa: F401
 from typer.testing import CliRunner
 
 import atomix.log as atomix_log
@@ -38,32 +38,6 @@ from atomix.errors import CommitIncomplete
 from cli import app
 
 runner = CliRunner()
-_dbs = iter(range(1_000_000))
-
-
-@pytest.fixture(name="pg_url")
-def pg_url_fixture(pg: PgServer | str) -> str:
-    if isinstance(pg, str):
-        pytest.skip(f"no PostgreSQL server: {pg}")
-    return pg.create_db(f"atomix_clean_{os.getpid()}_{next(_dbs)}")
-
-
-@pytest.fixture(autouse=True)
-def _reset_hook() -> Any:
-    yield
-    atomix_log.crash_hook = None
-
-
-class _Crash(BaseException):
-    """A crash in-process: raised by the crash hook, past every `except Exception`."""
-
-
-def _crash_at(point: str) -> None:
-    def hook(at: str, detail: str) -> None:
-        if at == point:
-            raise _Crash(point)
-
-    atomix_log.crash_hook = hook
 
 
 def _schemas(url: str) -> set[str]:
@@ -192,8 +166,8 @@ def _dead_member(pg_url: str, tmp_path: Path, *, adapter: bool) -> tuple[Runtime
         db = sqlite_tools(rt, SQLiteStore(tmp_path / "db.sqlite"))
         with rt.transaction():
             db.put("t", 1, "kept")
-    _crash_at("intent.written")
-    with pytest.raises(_Crash), rt.transaction():
+    crash_at("intent.written")
+    with pytest.raises(Crash), rt.transaction():
         note("x")
     atomix_log.crash_hook = None
     _die(rt)

@@ -15,22 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from coordinator_support import PgServer, pg_fixture, url_fixture  # noqa: F401
+from coordinator_support import pg_fixture, pg_url_fixture, url_fixture  # noqa: F401
 
 from atomix import Runtime
 from atomix.adapters.sqlite import SQLiteStore
 from atomix.adapters.tools import sqlite_tools
 from atomix.coordinator import CoordinatorSettings, Fenced
 from atomix.coordinator.postgres import PostgresStore
-
-_counter = iter(range(1_000_000))
-
-
-@pytest.fixture(name="pg_url")
-def pg_url_fixture(pg: PgServer | str) -> str:
-    if isinstance(pg, str):
-        pytest.skip(f"no PostgreSQL server: {pg}")
-    return pg.create_db(f"atomix_order_{next(_counter)}")
 
 
 def _store(url: str) -> tuple[PostgresStore, int]:

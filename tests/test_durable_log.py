@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from crash_hooks import Crash, crash_at, reset_crash_hook  # noqa: F401
 from typer.testing import CliRunner
 
 import atomix.log as atomix_log
@@ -25,26 +26,6 @@ from cli import app
 
 runner = CliRunner()
 _FORK = multiprocessing.get_context("fork")
-
-
-class _Crash(BaseException):
-    """Stands in for a crash in-process: raised by the crash hook, it unwinds past every
-    `except Exception`, and the test then abandons the runtime without closing anything
-    but the log's lock (as a dead process's lock is released)."""
-
-
-@pytest.fixture(autouse=True)
-def _reset_hook() -> Any:
-    yield
-    atomix_log.crash_hook = None
-
-
-def _crash_at(point: str) -> None:
-    def hook(at: str, detail: str) -> None:
-        if at == point:
-            raise _Crash(point)
-
-    atomix_log.crash_hook = hook
 
 
 def _abandon(rt: Runtime) -> None:
@@ -150,8 +131,8 @@ def test_intent_and_commit_mark_are_on_disk_before_the_first_apply(tmp_path: Pat
 def test_recovery_finishes_a_committed_transaction_and_twice_is_a_no_op(tmp_path: Path) -> None:
     rt = Runtime(log=tmp_path / "log")
     fs, db, mail = _program(tmp_path, rt)
-    _crash_at("step.marked")  # the first step (the file) applied, the rest not
-    with pytest.raises(_Crash), rt.transaction():
+    crash_at("step.marked")  # the first step (the file) applied, the rest not
+    with pytest.raises(Crash), rt.transaction():
         fs.write_text("a.txt", "A")
         db.put("t", 1, {"v": 1})
         mail.send("a@example.org", "s", "b")
@@ -171,8 +152,8 @@ def test_recovery_finishes_a_committed_transaction_and_twice_is_a_no_op(tmp_path
 def test_an_applied_but_unmarked_effect_is_not_applied_twice(tmp_path: Path) -> None:
     rt = Runtime(log=tmp_path / "log")
     fs, db, mail = _program(tmp_path, rt)
-    _crash_at("step.applied")  # the mail went out; the log does not know yet
-    with pytest.raises(_Crash), rt.transaction():
+    crash_at("step.applied")  # the mail went out; the log does not know yet
+    with pytest.raises(Crash), rt.transaction():
         mail.send("a@example.org", "s", "b")
     _abandon(rt)
     report = recover(tmp_path / "log")
@@ -199,8 +180,8 @@ def test_uncommitted_transaction_aborts_and_compensates_on_rt_recover(tmp_path: 
     rt = Runtime(log=tmp_path / "log")
     fs, _, mail = _program(tmp_path, rt)
     make = tools(rt)
-    _crash_at("intent.written")
-    with pytest.raises(_Crash), rt.transaction():
+    crash_at("intent.written")
+    with pytest.raises(Crash), rt.transaction():
         make("x")
         fs.write_text("a.txt", "A")
         mail.send("a@example.org", "s", "b")
@@ -227,10 +208,10 @@ def test_unredoable_effects_are_reported_as_needing_a_human(tmp_path: Path) -> N
     def put_set(name: str, items: set[int]) -> None:
         got.append(items)
 
-    with pytest.raises(_Crash), rt.transaction() as tx:
+    with pytest.raises(Crash), rt.transaction() as tx:
         put_set("a", {1, 2})  # a set is not JSON
         tx.stage(Effect("by-hand", EffectClass.BUFFERABLE, ("kv:b",), "k-b", apply=lambda: None))
-        _crash_at("commit.marked")
+        crash_at("commit.marked")
     _abandon(rt)
     rt2 = Runtime(log=tmp_path / "log", recover=False)
     rt2.tool(put_set, effect="bufferable", writes="kv:{name}")
@@ -253,8 +234,8 @@ def test_a_recovered_runs_new_transactions_do_not_collide_with_old_keys(tmp_path
 
     rt = Runtime(log=tmp_path / "log")
     session(rt, "v1")
-    _crash_at("commit.marked")
-    with pytest.raises(_Crash):
+    crash_at("commit.marked")
+    with pytest.raises(Crash):
         session(rt, "v2")
     _abandon(rt)
     rt2 = Runtime(log=tmp_path / "log")  # recovers v2 at start
@@ -303,8 +284,8 @@ def test_non_durable_log_and_a_log_object(tmp_path: Path) -> None:
     log = TxLog(tmp_path / "log", durable=False)
     rt = Runtime(log=log)
     fs, _, _ = _program(tmp_path, rt)
-    _crash_at("commit.marked")
-    with pytest.raises(_Crash), rt.transaction():
+    crash_at("commit.marked")
+    with pytest.raises(Crash), rt.transaction():
         fs.write_text("a.txt", "A")
     _abandon(rt)
     assert recover(tmp_path / "log").delivered == 1
@@ -314,8 +295,8 @@ def test_non_durable_log_and_a_log_object(tmp_path: Path) -> None:
 def test_atomix_recover_console_script_end_to_end(tmp_path: Path) -> None:
     rt = Runtime(log=tmp_path / "log")
     fs, db, _ = _program(tmp_path, rt)
-    _crash_at("commit.marked")
-    with pytest.raises(_Crash), rt.transaction():
+    crash_at("commit.marked")
+    with pytest.raises(Crash), rt.transaction():
         fs.write_text("a.txt", "A")
         db.put("t", "k", [1, 2])
     _abandon(rt)
@@ -341,8 +322,8 @@ def test_async_transactions_are_logged_too(tmp_path: Path) -> None:
         async with rt.atransaction():
             mail.send("a@example.org", "s", "async")
 
-    _crash_at("commit.marked")
-    with pytest.raises(_Crash):
+    crash_at("commit.marked")
+    with pytest.raises(Crash):
         asyncio.run(body())
     _abandon(rt)
     assert _outbox(tmp_path) == []

@@ -74,7 +74,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from atomix.coordinator.store import CoordinatorError
+from atomix.coordinator.store import CoordinatorError, safe_url
 from atomix.log import LogBusy, LogError, TxLog
 from atomix.log_format import FORMAT, VERSION
 
@@ -191,14 +191,6 @@ def _psycopg() -> Any:
     return psycopg
 
 
-def _safe(url: str) -> str:
-    """The URL without its password, for messages."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
-    return url
-
 
 class NoSuchLog(LogError):
     """No log of this name in the coordinator's database (never made, or finished and dropped)."""
@@ -229,7 +221,7 @@ class CoordinatorLog(TxLog):
         key_retention: float = 86400.0,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
-            raise ValueError(f"CoordinatorLog: expected a 'postgresql://' URL, got {url!r}")
+            raise ValueError(f"CoordinatorLog: expected a 'postgresql://' URL, got {safe_url(url)!r}")
         self._configure(
             durable=durable, max_delivery_attempts=max_delivery_attempts, retry_backoff=retry_backoff,
             retry_backoff_max=retry_backoff_max, key_retention=key_retention,
@@ -243,7 +235,7 @@ class CoordinatorLog(TxLog):
         try:
             conn = pg.connect(url, autocommit=True)
         except pg.Error as exc:
-            raise CoordinatorError(f"log {self.location}: cannot reach {_safe(url)}: {exc}") from exc
+            raise CoordinatorError(f"log {self.location}: cannot reach {safe_url(url)}: {exc}") from exc
         try:
             self.number = self._take(conn, create=create)
             idle, interval, count = KEEPALIVE
@@ -257,7 +249,7 @@ class CoordinatorLog(TxLog):
         except BaseException as exc:
             conn.close()
             if isinstance(exc, pg.Error):  # the database failed, not the log: not a LogError
-                raise CoordinatorError(f"log {self.location}: cannot open it in {_safe(url)}: {exc}") from exc
+                raise CoordinatorError(f"log {self.location}: cannot open it in {safe_url(url)}: {exc}") from exc
             raise
         self._pg: psycopg.Connection[Any] = conn
         #: Whether closing dropped the log (it was finished: see the module docstring), and
@@ -422,7 +414,7 @@ def coordinator_log(coordinator: object) -> TxLog:
         )
     if not url.startswith(("postgresql://", "postgres://")):
         raise ValueError(
-            f"Runtime(log={IN_COORDINATOR!r}) needs a postgresql:// coordinator, not {url!r}: a "
+            f"Runtime(log={IN_COORDINATOR!r}) needs a postgresql:// coordinator, not {safe_url(url)!r}: a "
             "sqlite:/// coordinator's processes share one host, so give each a directory "
             "(log=DIR), which a survivor on the host opens"
         )

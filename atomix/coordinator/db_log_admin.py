@@ -30,10 +30,9 @@ from atomix.coordinator.db_log import (
     CoordinatorLog,
     NoSuchLog,
     _psycopg,
-    _safe,
     locator,
 )
-from atomix.coordinator.store import CoordinatorError
+from atomix.coordinator.store import CoordinatorError, safe_url
 from atomix.log import LogBusy, LogError
 from atomix.log_status import LogStatus, fill_status
 from atomix.recovery import RecoveryReport, recover
@@ -85,13 +84,13 @@ def _connect(url: str, what: str) -> Any:
     if not isinstance(url, str) or not url.startswith(_POSTGRES):
         raise ValueError(
             f"{what}: the logs kept in a coordinator's database need a 'postgresql://USER@HOST/DB' "
-            f"URL, not {url!r}"
+            f"URL, not {safe_url(url)!r}"
         )
     pg = _psycopg()
     try:
         return pg.connect(url, autocommit=True)
     except pg.Error as exc:
-        raise CoordinatorError(f"{what}: cannot reach {_safe(url)}: {exc}") from exc
+        raise CoordinatorError(f"{what}: cannot reach {safe_url(url)}: {exc}") from exc
 
 
 def _logs(conn: Any) -> list[tuple[int, str]]:
@@ -153,7 +152,7 @@ def log_statuses(url: str) -> list[LogStatus]:
                     continue  # not a whole log (never finished being made): nothing to show
                 out.append(status)
     except pg.Error as exc:
-        raise CoordinatorError(f"{what}: cannot read the logs in {_safe(url)}: {exc}") from exc
+        raise CoordinatorError(f"{what}: cannot read the logs in {safe_url(url)}: {exc}") from exc
     return out
 
 
@@ -168,7 +167,7 @@ def sweep_logs(url: str, busy: set[str]) -> list[SweptLog]:
         with conn:
             logs = _logs(conn)
     except pg.Error as exc:
-        raise CoordinatorError(f"{what}: cannot read the logs in {_safe(url)}: {exc}") from exc
+        raise CoordinatorError(f"{what}: cannot read the logs in {safe_url(url)}: {exc}") from exc
     out: list[SweptLog] = []
     for _, name in logs:
         if locator(name) in busy:

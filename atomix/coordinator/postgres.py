@@ -37,6 +37,7 @@ from atomix.coordinator.store import (
     Member,
     dumps_batch,
     loads,
+    safe_url,
 )
 
 try:
@@ -130,7 +131,7 @@ class PostgresStore:
             # The heartbeat's own connection: it never waits for a pooled one behind appends.
             self._beat = psycopg.connect(url, autocommit=True)
         except psycopg.Error as exc:
-            raise CoordinatorError(f"coordinator {_safe(url)}: {exc}") from exc
+            raise CoordinatorError(f"coordinator {safe_url(url)}: {exc}") from exc
         self._listen_lock = threading.Lock()
         self._beat_lock = threading.Lock()
         self._claims: dict[int, psycopg.Connection[Any]] = {}
@@ -145,7 +146,7 @@ class PostgresStore:
                 conn.execute("INSERT INTO atomix_meta VALUES ('options', %s)", (options,))
             elif row[0] != options:
                 raise CoordinatorError(
-                    f"coordinator {_safe(self.url)}: its runtimes use options {row[0]}; this one "
+                    f"coordinator {safe_url(self.url)}: its runtimes use options {row[0]}; this one "
                     f"has {options}: every runtime on one coordinator must use the same"
                 )
             found = conn.execute(
@@ -253,7 +254,7 @@ class PostgresStore:
                 break
             else:
                 raise CoordinatorError(
-                    f"coordinator {_safe(self.url)}: member {member} lost its position to hole "
+                    f"coordinator {safe_url(self.url)}: member {member} lost its position to hole "
                     f"fillers {_APPEND_TRIES} times in a row"
                 )
             status = next((r[2] for r in rows if r[0] == -1), "unknown")
@@ -263,7 +264,7 @@ class PostgresStore:
             own = [r for r in rows if r[1] == -2]
             if not own:
                 raise Fenced(
-                    f"coordinator {_safe(self.url)}: member {member} is {status}; its writes are refused"
+                    f"coordinator {safe_url(self.url)}: member {member} is {status}; its writes are refused"
                 )
             seq = int(own[0][0])
             found = {int(r[0]): r for r in rows if r[0] > 0 and r[1] != -2}
@@ -326,11 +327,3 @@ class PostgresStore:
             self._beat.close()
         self._pool.close()
 
-
-def _safe(url: str) -> str:
-    """The URL without its password, for messages."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
-    return url

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from atomix.coordinator import events as ev
-from atomix.coordinator.store import CoordinatorError, Event, Fenced, Store
+from atomix.coordinator.store import CoordinatorError, Event, Fenced, Store, safe_url
 from atomix.decisions import AbortPlan, Blocker, CommitPlan, Proceed, Resolution, Settlement, Wait
 from atomix.effects import AbortSource, Effect, EffectClass
 from atomix.manager import RuntimeOptions, TransactionManager
@@ -214,7 +214,7 @@ class ReplicatedCore:
             self.applied = own.seq
             if self.member in self.fenced:
                 raise Fenced(
-                    f"coordinator {self.store.url}: member {self.member} was fenced in the log "
+                    f"coordinator {safe_url(self.store.url)}: member {self.member} was fenced in the log "
                     "before this call; its writes are refused"
                 )
             for txid in seals:

@@ -131,3 +131,12 @@ def loads(text: str | bytes) -> list[dict[str, Any]]:
     """A row's batch (a single body, as older coordinators wrote, is a batch of one)."""
     body = json.loads(text)
     return body if isinstance(body, list) else [body]
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
+    return url

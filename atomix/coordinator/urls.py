@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from atomix.coordinator.store import CoordinatorError, Store
+from atomix.coordinator.store import CoordinatorError, Store, safe_url
 
 
 def open_store(url: str) -> Store:
@@ -18,6 +18,6 @@ def open_store(url: str) -> Store:
 
         return PostgresStore(url)
     raise CoordinatorError(
-        f"coordinator URL {url!r}: allowed are 'sqlite:///PATH' (one host, no server) and "
+        f"coordinator URL {safe_url(url)!r}: allowed are 'sqlite:///PATH' (one host, no server) and "
         "'postgresql://USER@HOST/DB' (many hosts)"
     )
