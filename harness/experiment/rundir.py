@@ -558,7 +558,8 @@ class RunInfo:
     status: str
 
 
-def _count_lines(path: Path) -> int:
+def count_lines(path: Path) -> int:
+    """How many lines a file holds (0 if it cannot be read): a run's trial count."""
     try:
         with open(path, "rb") as fh:
             return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
@@ -586,7 +587,7 @@ def list_runs(results: Path) -> list[RunInfo]:
                 run_dir,
                 str(manifest.get("config_name") or run_dir.parent.name),
                 str(manifest.get("started_at") or "?"),
-                _count_lines(run_dir / TRIALS),
+                count_lines(run_dir / TRIALS),
                 int(manifest.get("trials_planned") or 0),
                 status,
             )

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.errors import RunError
 from harness.experiment.cells import expand_cells
-from harness.experiment.rundir import MANIFEST, TRIALS, read_manifest, settle_status
+from harness.experiment.rundir import MANIFEST, TRIALS, count_lines, read_manifest, settle_status
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,6 @@ class RunSummary:
         return "; ".join(parts)
 
 
-def _count_lines(path: Path) -> int:
-    try:
-        with open(path, "rb") as fh:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
-    except OSError:
-        return 0
-
 
 def whole_plan_size(config: Mapping[str, Any]) -> int:
     """Cells x trials x modes of a stored config (a cell's own `trials` caps its count, as
@@ -108,7 +101,7 @@ def summarise(run_dir: Path) -> RunSummary:
         config=str(manifest.get("config_name") or run_dir.parent.name),
         started_at=str(manifest.get("started_at") or "?"),
         status=status,
-        done=_count_lines(run_dir / TRIALS),
+        done=count_lines(run_dir / TRIALS),
         planned=planned,
         total=max(total, planned),
         limit=manifest.get("limit"),

@@ -29,7 +29,7 @@ from typing import Any
 
 from harness.collector import collector_paused
 from harness.errors import RunError
-from harness.experiment.rundir import MANIFEST, TRIALS, read_manifest, settle_status
+from harness.experiment.rundir import MANIFEST, TRIALS, count_lines, read_manifest, settle_status
 
 __all__ = [
     "OUTCOMES",
@@ -291,13 +291,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _count_lines(path: Path) -> int:
-    try:
-        with path.open("rb") as fh:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
-    except OSError:
-        return 0
-
 
 def summarize(run_id: str, run_dir: Path, done: int | None = None) -> RunSummary:
     """A run's row on the runs page (RunError for a damaged manifest)."""
@@ -325,7 +318,7 @@ def summarize(run_id: str, run_dir: Path, done: int | None = None) -> RunSummary
         modes=tuple(str(m) for m in config.get("modes") or ()),
         planned=planned,
         total=int(manifest.get("trials_total") or planned),
-        done=_count_lines(run_dir / TRIALS) if done is None else done,
+        done=count_lines(run_dir / TRIALS) if done is None else done,
         status=status,
         wall_s=float(wall) if isinstance(wall, int | float) else None,
         limit=manifest.get("limit") if isinstance(manifest.get("limit"), int) else None,
